@@ -1,0 +1,32 @@
+"""Small arithmetic resolvers so presets can derive lengths from one number, e.g. `${add:${env.horizon},1}`."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+
+def _add(*xs):
+    return sum(xs)
+
+
+def _mul(*xs):
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def resume_dir(resume, default):
+    """hydra.run.dir: the resumed run's directory when resuming, else the fresh default."""
+    if resume in (None, "", "null"):
+        return default
+    from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
+
+    return str(run_dir_of_state(find_training_state(resume)))
+
+
+def register_resolvers() -> None:
+    for name, fn in {"resume_dir": resume_dir, "add": _add, "mul": _mul, "max": lambda *xs: max(xs), "min": lambda *xs: min(xs),
+                     "int": lambda x: int(x)}.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)

@@ -1,0 +1,188 @@
+"""Training batches: random windows of `max_seq_len` transitions, right-padded with MAGIC_PAD_VAL.
+
+The loader is persistent (built once per run). A background thread prepares the next batches while the
+learner computes, and each epoch draws from its own RNG seeded by (seed, rank, epoch), so the sequence of
+batches does not depend on thread timing and a resumed run samples exactly what the original would have.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, fields
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from amago_app.data.dataset import RLDataset
+from amago_app.data.timestep import MAGIC_PAD_VAL, Trajectory
+
+PADDED_SAMPLING = ("none", "both", "left", "right")
+
+
+@dataclass
+class Batch:
+    """A padded batch of windows (B sequences, L transitions, L+1 timesteps)."""
+
+    obs: dict[str, torch.Tensor]
+    """(B, L+1, *shape), native dtype."""
+    rl2s: torch.Tensor
+    """(B, L+1, 1+A) float32."""
+    time_idxs: torch.Tensor
+    """(B, L+1, 1) int64."""
+    rews: torch.Tensor
+    """(B, L, 1) float32."""
+    dones: torch.Tensor
+    """(B, L, 1) bool."""
+    actions: torch.Tensor
+    """(B, L, A) float32."""
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
+        return Batch(
+            obs={k: v.to(device, non_blocking=non_blocking) for k, v in self.obs.items()},
+            **{
+                f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                for f in fields(self)
+                if f.name != "obs"
+            },
+        )
+
+    def pin_memory(self) -> "Batch":
+        return Batch(
+            obs={k: v.pin_memory() for k, v in self.obs.items()},
+            **{f.name: getattr(self, f.name).pin_memory() for f in fields(self) if f.name != "obs"},
+        )
+
+
+def window_bounds(length: int, max_seq_len: int, padded_sampling: str, rng: np.random.Generator) -> tuple[int, int]:
+    """[start, stop) transition range of a random window (spec 02 §4). `length` = transitions in the file."""
+    L = max_seq_len
+    if length <= L:
+        return 0, length
+    lows_highs = {
+        "none": (0, length - L),
+        "both": (-L + 1, length - 2),
+        "left": (-L + 1, length - L),
+        "right": (0, length - 2),
+    }
+    try:
+        low, high = lows_highs[padded_sampling]
+    except KeyError:
+        raise ValueError(f"padded_sampling={padded_sampling!r} is not one of {PADDED_SAMPLING}") from None
+    start = int(rng.integers(low, max(high, low) + 1))
+    stop = start + L  # computed before clamping: negative starts give shorter windows beginning at 0
+    return max(start, 0), min(stop, length)
+
+
+def slice_window(traj: Trajectory, start: int, stop: int) -> Trajectory:
+    """Timesteps [start, stop] and transitions [start, stop)."""
+    return Trajectory(
+        obs={k: v[start : stop + 1] for k, v in traj.obs.items()},
+        rl2s=traj.rl2s[start : stop + 1],
+        time_idxs=traj.time_idxs[start : stop + 1],
+        rews=traj.rews[start:stop],
+        dones=traj.dones[start:stop],
+        actions=traj.actions[start:stop],
+    )
+
+
+def collate(windows: list[Trajectory], pad_to: int | None = None) -> Batch:
+    """Right-pad every field to the longest window (or to `pad_to` transitions) with MAGIC_PAD_VAL."""
+    L = max(len(w) for w in windows) if pad_to is None else pad_to
+    B = len(windows)
+
+    def pad(name: str, get, steps: int) -> torch.Tensor:
+        first = get(windows[0])
+        out = np.full((B, steps, *first.shape[1:]), MAGIC_PAD_VAL, dtype=first.dtype)
+        for b, w in enumerate(windows):
+            a = get(w)
+            out[b, : len(a)] = a
+        return torch.from_numpy(out)
+
+    return Batch(
+        obs={k: pad(k, lambda w, k=k: w.obs[k], L + 1) for k in windows[0].obs},
+        rl2s=pad("rl2s", lambda w: w.rl2s, L + 1),
+        time_idxs=pad("time_idxs", lambda w: w.time_idxs, L + 1),
+        rews=pad("rews", lambda w: w.rews, L),
+        dones=pad("dones", lambda w: w.dones, L),
+        actions=pad("actions", lambda w: w.actions, L),
+    )
+
+
+def padding_mask(rl2s: torch.Tensor) -> torch.Tensor:
+    """True where a timestep is real: not every rl2 entry equals MAGIC_PAD_VAL. (B, L, 1+A) -> (B, L, 1)."""
+    return ~(rl2s == MAGIC_PAD_VAL).all(dim=-1, keepdim=True)
+
+
+class BatchLoader:
+    """Persistent loader of padded training batches from an `RLDataset`."""
+
+    def __init__(
+        self,
+        dataset: RLDataset,
+        batch_size: int,
+        max_seq_len: int,
+        padded_sampling: str = "none",
+        fixed_length: bool = False,
+        prefetch: int = 2,
+        seed: int = 0,
+        rank: int = 0,
+        pin_memory: bool = False,
+    ):
+        if padded_sampling not in PADDED_SAMPLING:
+            raise ValueError(f"padded_sampling={padded_sampling!r} is not one of {PADDED_SAMPLING}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.max_seq_len = max_seq_len
+        self.padded_sampling = padded_sampling
+        self.fixed_length = fixed_length
+        self.prefetch = prefetch
+        self.seed = seed
+        self.rank = rank
+        self.pin_memory = pin_memory
+
+    def make_batch(self, rng: np.random.Generator) -> Batch:
+        windows = []
+        for _ in range(self.batch_size):
+            traj = self.dataset.sample_random_trajectory(rng)
+            start, stop = window_bounds(len(traj), self.max_seq_len, self.padded_sampling, rng)
+            windows.append(slice_window(traj, start, stop))
+        batch = collate(windows, pad_to=self.max_seq_len if self.fixed_length else None)
+        return batch.pin_memory() if self.pin_memory else batch
+
+    def epoch(self, epoch: int, num_batches: int) -> Iterator[Batch]:
+        """The `num_batches` batches of one epoch, prepared ahead in a background thread."""
+        rng = np.random.default_rng([self.seed, self.rank, epoch])
+        if self.prefetch <= 0:
+            for _ in range(num_batches):
+                yield self.make_batch(rng)
+            return
+        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def produce():
+            try:
+                for _ in range(num_batches):
+                    if stop.is_set():
+                        return
+                    q.put(self.make_batch(rng))
+            except BaseException as e:  # surface loader errors in the training thread
+                q.put(e)
+
+        thread = threading.Thread(target=produce, name="amago-batch-loader", daemon=True)
+        thread.start()
+        try:
+            for _ in range(num_batches):
+                item = q.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    pass
+                thread.join(timeout=0.05)

@@ -1,0 +1,17 @@
+"""Self-contained (CPU, pure-python) environments: T-Maze, Meta Frozen Lake, Dark Key-To-Door, MazeRunner."""
+
+from amago_app.envs.builtin.frozen_lake import MetaFrozenLake
+from amago_app.envs.builtin.key_door import RoomKeyDoor
+from amago_app.envs.builtin.mazerunner import MazeRunner, MazeRunnerAMAGOEnv
+from amago_app.envs.builtin.tmaze import TMazeActive, TMazeAltActive, TMazeAltPassive, TMazePassive
+
+__all__ = [
+    "MetaFrozenLake",
+    "RoomKeyDoor",
+    "MazeRunner",
+    "MazeRunnerAMAGOEnv",
+    "TMazePassive",
+    "TMazeActive",
+    "TMazeAltPassive",
+    "TMazeAltActive",
+]

@@ -1,0 +1,197 @@
+"""`AMAGOEnv`: the environment contract of spec 01 over a batch of E envs.
+
+It wraps any gymnasium vector env whose autoreset mode is SAME_STEP (our sync/async actors, or a user's
+already-vectorized env) and speaks in `Timestep`s:
+
+* `reset()` returns the first timestep of every env (prev_action 0, reward 0, time 0);
+* `step(agent_actions)` converts actions (index -> int, [-1, 1] -> [low, high]), steps all envs and returns
+  both the timestep the step produced (with the *true* final observation on done, taken from `final_obs`, so
+  bootstrapping through truncation sees the real last state) and the timestep the policy sees next (the
+  reset version at done indices).
+
+Only `terminated` is stored as terminal; `terminated or truncated` ends the rollout. Meta-RL envs handle their
+own within-task soft resets and only report the end of the whole trial. Info keys starting with
+`AMAGO_LOG_METRIC` are collected per env name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from amago_app.data.timestep import LOG_METRIC_PREFIX, Timestep
+from amago_app.envs.spaces import ActionAdapter, ObsAdapter
+
+
+def default_env_name(env: gym.Env) -> str:
+    name = getattr(env.unwrapped, "env_name", None)
+    if name is None:
+        name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    return str(name).replace("/", "_")
+
+
+class ReportEnvName(gym.Wrapper):
+    """Puts the (possibly changing) env name into every info dict, so vector envs can pass it back."""
+
+    def __init__(self, env: gym.Env, env_name: str | None = None):
+        super().__init__(env)
+        self._fixed = env_name
+
+    @property
+    def env_name(self) -> str:
+        return self._fixed if self._fixed is not None else default_env_name(self.env)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        info["env_name"] = self.env_name
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info["env_name"] = self.env_name
+        return obs, reward, terminated, truncated, info
+
+
+@dataclass
+class EpisodeEnd:
+    """A rollout that finished at this step."""
+
+    env_name: str
+    total_return: float
+    length: int
+
+
+@dataclass
+class EnvStep:
+    step: Timestep
+    """What env.step produced (true final observation at done indices)."""
+    next: Timestep
+    """What the policy sees next (reset version at done indices)."""
+    terminated: np.ndarray
+    truncated: np.ndarray
+    done: np.ndarray
+    env_names: list[str]
+    """Name of the rollout each index's step belongs to."""
+    episodes: list[EpisodeEnd] = field(default_factory=list)
+    metrics: list[tuple[str, str, float]] = field(default_factory=list)
+    """(env_name, metric name, value) from AMAGO_LOG_METRIC infos."""
+
+
+class AMAGOEnv:
+    """The agent-facing view of a batch of envs (see the module docstring)."""
+
+    def __init__(self, env: VectorEnv | gym.Env, env_name: str | None = None):
+        if not isinstance(env, VectorEnv):
+            env = gym.vector.SyncVectorEnv(
+                [lambda e=env: ReportEnvName(e, env_name)], autoreset_mode=AutoresetMode.SAME_STEP
+            )
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if AutoresetMode(mode) != AutoresetMode.SAME_STEP:
+            raise ValueError(
+                f"{type(env).__name__} uses autoreset_mode={mode}; amago_app needs SAME_STEP vector envs (they "
+                "reset a finished env inside the step that finished it and put the true last obs in info['final_obs'])"
+            )
+        self.env = env
+        self.num_envs = env.num_envs
+        self.obs_adapter = ObsAdapter(env.single_observation_space)
+        self.actions = ActionAdapter(env.single_action_space)
+        self.observation_space = self.obs_adapter.space
+        self.action_space = self.actions.agent_space
+        self.action_dim = self.actions.dim
+        default = env_name or getattr(env, "env_name", None) or (env.spec.id if env.spec else type(env).__name__)
+        self.env_names = [str(default).replace("/", "_")] * self.num_envs
+        self.time_idx = np.zeros(self.num_envs, dtype=np.int64)
+        self._returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.current: Timestep | None = None
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def _update_names(self, info: dict, which: np.ndarray | None = None) -> None:
+        names = info.get("env_name")
+        if names is None:
+            return
+        mask = info.get("_env_name", np.ones(self.num_envs, bool))
+        if which is not None:
+            mask = mask & which
+        for i in np.flatnonzero(mask):
+            self.env_names[i] = str(names[i]).replace("/", "_")
+
+    def _single_obs(self, raw) -> dict[str, np.ndarray]:
+        if isinstance(raw, dict):
+            batch = {k: np.asarray(v)[None] for k, v in raw.items()}
+        else:
+            batch = np.asarray(raw)[None]
+        return self.obs_adapter(batch)
+
+    @staticmethod
+    def _collect_metrics(info: dict, which: np.ndarray, names: list[str], out: list) -> None:
+        for key, values in info.items():
+            if not key.startswith(LOG_METRIC_PREFIX):
+                continue
+            mask = info.get("_" + key, np.ones(len(which), bool)) & which
+            metric = key[len(LOG_METRIC_PREFIX):].strip()
+            for i in np.flatnonzero(mask):
+                for v in np.asarray(values[i], dtype=np.float64).reshape(-1):
+                    out.append((names[i], metric, float(v)))
+
+    # --- API ----------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> Timestep:
+        raw, info = self.env.reset(seed=seed)
+        self._update_names(info)
+        self.time_idx[:] = 0
+        self._returns[:] = 0.0
+        self.current = Timestep.first(self.obs_adapter(raw), self.action_dim)
+        return self.current
+
+    def step(self, agent_actions: np.ndarray) -> EnvStep:
+        stored = self.actions.to_stored(agent_actions)
+        raw, reward, terminated, truncated, info = self.env.step(self.actions.to_env(agent_actions))
+        reward = np.asarray(reward, dtype=np.float32)
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool)
+        done = terminated | truncated
+        obs = self.obs_adapter(raw)
+        self.time_idx += 1
+        self._returns += reward
+
+        step_names = list(self.env_names)
+        result = EnvStep(step=None, next=None, terminated=terminated, truncated=truncated, done=done,
+                         env_names=step_names)
+        self._collect_metrics(info, ~done, step_names, result.metrics)
+        step_obs = obs
+        if done.any():
+            final_info = info.get("final_info", {})
+            self._update_names(final_info, done)
+            step_names[:] = self.env_names
+            self._collect_metrics(final_info, done, step_names, result.metrics)
+            final_obs = info.get("final_obs")
+            step_obs = {k: v.copy() for k, v in obs.items()}
+            for i in np.flatnonzero(done):
+                if final_obs is not None and final_obs[i] is not None:
+                    for k, v in self._single_obs(final_obs[i]).items():
+                        step_obs[k][i] = v[0]
+                result.episodes.append(EpisodeEnd(step_names[i], float(self._returns[i]), int(self.time_idx[i])))
+        self._update_names(info)  # reset infos of done envs name the new rollouts
+
+        result.step = Timestep(obs=step_obs, prev_action=stored, reward=reward, time_idx=self.time_idx.copy(),
+                               terminal=terminated)
+        if done.any():
+            keep = ~done
+            result.next = Timestep(
+                obs=obs,
+                prev_action=stored * keep[:, None],
+                reward=reward * keep,
+                time_idx=self.time_idx * keep,
+                terminal=terminated & keep,
+            )
+            self.time_idx[done] = 0
+            self._returns[done] = 0.0
+        else:
+            result.next = result.step
+        self.current = result.next
+        return result
+
+    def close(self) -> None:
+        self.env.close()

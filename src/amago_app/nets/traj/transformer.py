@@ -1,0 +1,111 @@
+"""Transformer memory: pre-norm layers with NormFormer norms, σReparam linears, absolute time positions."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from amago_app.nets.common import activation as make_activation
+from amago_app.nets.common import norm as make_norm
+from amago_app.nets.traj.attention import CausalSelfAttention, KVCache, PositionalEmbedding, linear
+from amago_app.nets.traj.base import TrajEncoder
+
+
+class TransformerLayer(nn.Module):
+    """h += LN2(Attn(LN1(h))); h += drop(W2 LN4(act(W1 LN3(h)))). LN2/LN4 are the NormFormer extras."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout_ff: float, dropout_attn: float,
+                 dropout_qkv: float, activation: str, norm: str, sigma_reparam: bool, normformer_norms: bool,
+                 head_scaling: bool, rope: bool):
+        super().__init__()
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout_attn, dropout_qkv, sigma_reparam, head_scaling, rope)
+        self.ln1, self.ln3 = make_norm(norm, d_model), make_norm(norm, d_model)
+        self.ln2 = make_norm(norm, d_model) if normformer_norms else nn.Identity()
+        self.ln4 = make_norm(norm, d_ff) if normformer_norms else nn.Identity()
+        self.w1 = linear(d_model, d_ff, bias=True, sigma_reparam=sigma_reparam)
+        self.w2 = linear(d_ff, d_model, bias=True, sigma_reparam=sigma_reparam)
+        self.act = make_activation(activation)
+        self.drop = nn.Dropout(dropout_ff)
+
+    def _ff(self, h):
+        return self.drop(self.w2(self.ln4(self.act(self.w1(self.ln3(h))))))
+
+    def forward(self, h, positions):
+        h = h + self.ln2(self.attn(self.ln1(h), positions))
+        return h + self._ff(h)
+
+    def step(self, h, positions, cache, layer, slot, valid):
+        h = h + self.ln2(self.attn.step(self.ln1(h), positions, cache, layer, slot, valid))
+        return h + self._ff(h)
+
+
+class TransformerTrajEncoder(TrajEncoder):
+    def __init__(
+        self,
+        tstep_dim: int,
+        max_seq_len: int,
+        d_model: int = 256,
+        n_heads: int = 8,
+        d_ff: int | None = None,
+        n_layers: int = 3,
+        dropout_ff: float = 0.05,
+        dropout_emb: float = 0.05,
+        dropout_attn: float = 0.0,
+        dropout_qkv: float = 0.0,
+        activation: str = "leaky_relu",
+        norm: str = "layer",
+        pos_emb: str = "fixed",
+        max_time_idx: int | None = None,
+        sigma_reparam: bool = True,
+        normformer_norms: bool = True,
+        head_scaling: bool = True,
+    ):
+        super().__init__(tstep_dim, max_seq_len)
+        d_ff = d_ff or 4 * d_model
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.inp = nn.Linear(tstep_dim, d_model)
+        self.pos = PositionalEmbedding(pos_emb, d_model, max_time_idx)
+        self.drop_emb = nn.Dropout(dropout_emb)
+        self.layers = nn.ModuleList(
+            TransformerLayer(d_model, n_heads, d_ff, dropout_ff, dropout_attn, dropout_qkv, activation, norm,
+                             sigma_reparam, normformer_norms, head_scaling, rope=pos_emb == "rope")
+            for _ in range(n_layers)
+        )
+        self.final_norm = make_norm(norm, d_model)
+
+    @property
+    def emb_dim(self) -> int:
+        return self.d_model
+
+    def _embed(self, seq, positions):
+        h = self.inp(seq)
+        pe = self.pos(positions)
+        return self.drop_emb(h if pe is None else h + pe.to(h.dtype))
+
+    def init_hidden_state(self, batch_size, device):
+        return KVCache.empty(self.n_layers, batch_size, self.n_heads, self.max_seq_len,
+                             self.d_model // self.n_heads, device)
+
+    def reset_hidden_state(self, hidden_state, dones):
+        return None if hidden_state is None else hidden_state.reset(dones)
+
+    def forward(self, seq, time_idxs, hidden_state: KVCache | None = None):
+        positions = time_idxs[..., 0]
+        if hidden_state is None:
+            h = self._embed(seq, positions)
+            for layer in self.layers:
+                h = layer(h, positions)
+            return self.final_norm(h), None
+        outs = [self._step(seq[:, t : t + 1], positions[:, t : t + 1], hidden_state) for t in range(seq.shape[1])]
+        return torch.cat(outs, dim=1), hidden_state
+
+    def _step(self, seq, positions, cache: KVCache):
+        slot = cache.count % cache.slots
+        filled = torch.clamp(cache.count + 1, max=cache.slots)  # the valid slots are always a prefix of the ring
+        width = min(int(filled.max()), cache.slots)
+        valid = torch.arange(width, device=seq.device)[None, :] < filled[:, None]
+        h = self._embed(seq, positions)
+        for i, layer in enumerate(self.layers):
+            h = layer.step(h, positions, cache, i, slot, valid)
+        cache.count = cache.count + 1
+        return self.final_norm(h)

@@ -1,0 +1,133 @@
+"""Checkpoints, written so that a crash never leaves a half-written file where a reader looks.
+
+    {run_dir}/config.yaml                                   resolved config (amago-eval and resume read it)
+    {run_dir}/ckpts/training_states/epoch_{e}/main.pt       agent + optimizer + scheduler + counters
+    {run_dir}/ckpts/training_states/epoch_{e}/rank{r}.pt    per-process state: RNGs, exploration, recorder
+    {run_dir}/ckpts/policy_weights/policy_epoch_{e}.pt      agent state_dict
+    {run_dir}/ckpts/latest/policy.pt                        newest agent state_dict
+
+Files go to hidden `.tmp-*` names first and are renamed into place; a training state is a directory that is
+assembled under `.tmp-epoch_{e}` by every process and renamed by the main process once all have written.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Checkpoints:
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "ckpts"
+        self.states = self.root / "training_states"
+        self.weights = self.root / "policy_weights"
+        self.latest = self.root / "latest" / "policy.pt"
+
+    def make_dirs(self) -> None:
+        for d in (self.states, self.weights, self.latest.parent):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def state_dir(self, epoch: int) -> Path:
+        return self.states / f"epoch_{epoch}"
+
+    def staging_dir(self, epoch: int) -> Path:
+        return self.states / f".tmp-epoch_{epoch}"
+
+    # --- writing ------------------------------------------------------------------------------------
+    def write_rank_state(self, epoch: int, rank: int, state: dict) -> None:
+        staging = self.staging_dir(epoch)
+        staging.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(state, staging / f"rank{rank}.pt")
+
+    def write_main_state(self, epoch: int, state: dict) -> None:
+        staging = self.staging_dir(epoch)
+        staging.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(state, staging / "main.pt")
+
+    def publish_state(self, epoch: int) -> Path:
+        """Main process, after every rank wrote: move the staged directory into place."""
+        final, staging = self.state_dir(epoch), self.staging_dir(epoch)
+        if final.exists():  # re-running an epoch after a resume: swap, then drop the old copy
+            old = self.states / f".tmp-old-epoch_{epoch}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(staging, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, final)
+        return final
+
+    def write_weights(self, epoch: int, agent_state: dict, keep_epoch_copy: bool) -> None:
+        if keep_epoch_copy:
+            atomic_torch_save(agent_state, self.weights / f"policy_epoch_{epoch}.pt")
+        atomic_torch_save(agent_state, self.latest)
+
+    # --- reading ------------------------------------------------------------------------------------
+    def saved_epochs(self) -> list[int]:
+        if not self.states.exists():
+            return []
+        return sorted(int(m.group(1)) for p in self.states.iterdir() if (m := EPOCH_DIR.match(p.name)))
+
+    def latest_state_dir(self) -> Path | None:
+        epochs = self.saved_epochs()
+        return self.state_dir(epochs[-1]) if epochs else None
+
+
+def find_training_state(path: str | os.PathLike) -> Path:
+    """A run directory (newest state), a `ckpts/training_states/epoch_{e}` directory, or its main.pt."""
+    path = Path(path).expanduser()
+    if path.is_file() and path.name == "main.pt":
+        return path.parent
+    if (path / "main.pt").is_file():
+        return path
+    if (path / "ckpts").is_dir():
+        found = Checkpoints(path).latest_state_dir()
+        if found is None:
+            raise FileNotFoundError(f"{path} has no training states under ckpts/training_states/")
+        return found
+    raise FileNotFoundError(
+        f"cannot resume from {path}: expected a run directory (with ckpts/), or ckpts/training_states/epoch_N"
+    )
+
+
+def run_dir_of_state(state_dir: Path) -> Path:
+    """`{run}/ckpts/training_states/epoch_N` -> `{run}`."""
+    return state_dir.parent.parent.parent

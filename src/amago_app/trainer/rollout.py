@@ -1,0 +1,134 @@
+"""Interaction: a set of actors plus the policy state that follows them (hidden state, exploration).
+
+Training actors are reset once and run on across epochs with a persistent hidden state; validation and test
+actors are reset before each evaluation and start from a fresh hidden state with no exploration.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.data.timestep import Timestep
+from amago_app.envs.exploration import Exploration
+from amago_app.envs.wrapper import AMAGOEnv
+
+
+class RolloutStats:
+    """Returns and custom metrics of the rollouts that finished during one interaction."""
+
+    def __init__(self):
+        self.returns: dict[str, list[float]] = defaultdict(list)
+        self.lengths: dict[str, list[int]] = defaultdict(list)
+        self.metrics: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self.frames: Counter = Counter()
+        self.episodes = 0
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, rets in self.returns.items():
+            out[f"Average Total Return in {name}"] = float(np.mean(rets))
+            out[f"Bottom Quintile Total Return in {name}"] = float(np.percentile(rets, 20))
+            out[f"Average Episode Length in {name}"] = float(np.mean(self.lengths[name]))
+            out[f"Episodes Finished in {name}"] = float(len(rets))
+        for (name, key), values in self.metrics.items():
+            out[f"Average {key} in {name}"] = float(np.mean(values))
+        if self.returns:
+            out["Average Total Return (Across All Env Names)"] = float(
+                np.mean([np.mean(r) for r in self.returns.values()])
+            )
+        return out
+
+    @property
+    def mean_return(self) -> float | None:
+        if not self.returns:
+            return None
+        return float(np.mean([np.mean(r) for r in self.returns.values()]))
+
+
+def timestep_tensors(ts: Timestep, device: torch.device):
+    """Policy inputs of one batched timestep with a length-1 time dim: obs (N, 1, ...), rl2 (N, 1, 1+A),
+    time (N, 1, 1)."""
+    obs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device).unsqueeze(1) for k, v in ts.obs.items()}
+    rl2 = torch.from_numpy(ts.rl2).to(device).unsqueeze(1)
+    time_idx = torch.from_numpy(ts.time_idx).to(device)[:, None, None]
+    return obs, rl2, time_idx
+
+
+class Actors:
+    """Envs + the policy state that travels with them."""
+
+    def __init__(self, envs: AMAGOEnv, exploration: Exploration | None = None,
+                 recorder: TrajectoryRecorder | None = None, seed: int | None = None):
+        self.envs = envs
+        self.exploration = exploration
+        self.recorder = recorder
+        self.seed = seed
+        self.hidden = None
+        self._started = False
+
+    @property
+    def num_envs(self) -> int:
+        return self.envs.num_envs
+
+    def reset(self, agent, device) -> None:
+        first = self.envs.reset(seed=self.seed)
+        self.seed = None if self.seed is None else self.seed + 10_000  # later resets draw new tasks
+        if self.recorder is not None:
+            self.recorder.start(first)
+        self.hidden = agent.traj_encoder.init_hidden_state(self.num_envs, device)
+        self._started = True
+
+    @torch.no_grad()
+    def run(self, agent, device: torch.device, steps: int, sample: bool = True, episodes: int | None = None,
+            autocast: Callable[[], object] = nullcontext, on_step: Callable[[int], None] | None = None,
+            save_on_done_to: str | Path | None = None) -> RolloutStats:
+        """Step every env `steps` times (or until `episodes` rollouts finished)."""
+        if not self._started:
+            self.reset(agent, device)
+        stats = RolloutStats()
+        was_training = agent.training
+        agent.eval()
+        try:
+            for _ in range(steps):
+                obs, rl2, time_idx = timestep_tensors(self.envs.current, device)
+                with autocast():
+                    actions, self.hidden = agent.get_actions(obs, rl2, time_idx, self.hidden, sample=sample)
+                actions = actions[:, 0].cpu().numpy()
+                if self.exploration is not None:
+                    actions = self.exploration(actions, self.envs.current.time_idx)
+                out = self.envs.step(actions)
+                if self.recorder is not None:
+                    self.recorder.add(out.step, out.next, out.done, out.env_names)
+                    if save_on_done_to is not None and out.done.any():
+                        self.recorder.flush(save_on_done_to)
+                if self.exploration is not None:
+                    self.exploration.on_done(out.done)
+                for name in out.env_names:
+                    stats.frames[name] += 1
+                for ep in out.episodes:
+                    stats.returns[ep.env_name].append(ep.total_return)
+                    stats.lengths[ep.env_name].append(ep.length)
+                    stats.episodes += 1
+                for name, key, value in out.metrics:
+                    stats.metrics[(name, key)].append(value)
+                if out.done.any():
+                    self.hidden = agent.traj_encoder.reset_hidden_state(
+                        self.hidden, torch.from_numpy(out.done).to(device)
+                    )
+                if on_step is not None:
+                    on_step(1)
+                if episodes is not None and stats.episodes >= episodes:
+                    break
+        finally:
+            agent.train(was_training)
+        return stats
+
+    def close(self) -> None:
+        self.envs.close()
