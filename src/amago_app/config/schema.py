@@ -72,6 +72,38 @@ class FFTstepEncoderConfig:
     """Widen hidden/output layers to at least the input size."""
 
 
+@dataclass
+class CNNTstepEncoderConfig:
+    _target_: str = f"{_P}.nets.cnn.CNNTstepEncoder"
+    _partial_: bool = True
+    cnn_type: str = "nature"
+    """CNN trunk: nature (DQN, images >= 36 px), impala (residual), gridworld (2x2 kernels), drq (DrQ-v2)."""
+    channels_first: bool = False
+    """Images are (C, H, W) instead of (H, W, C)."""
+    img_features: int = 256
+    """Width of the Linear layer after the CNN."""
+    rl2_features: int = 12
+    """Width of the Linear layer over symlog(previous reward and action)."""
+    d_output: int = 256
+    """Output feature size."""
+    out_norm: Optional[str] = "layer"
+    """Output norm: layer, rmsnorm, unitball, unitball-detach, hypersphere, simnorm, none."""
+    activation: str = "leaky_relu"
+    """leaky_relu, relu, gelu, mish, adaptive (CNN trunk and merge layer)."""
+    hide_rl2s: bool = False
+    """Zero the previous action and reward inputs (ablation)."""
+    hide_rewards: bool = False
+    """Zero only the previous reward input."""
+    drqv2_aug: bool = False
+    """DrQ-v2 random-shift augmentation (pad 4 px, shift 0..8 px) during training."""
+    aug_pct_of_batch: float = 0.75
+    """Fraction of batch rows (the last ones) that are augmented."""
+    obs_key: str = "observation"
+    """Observation key holding the image."""
+    cnn_kwargs: Any = None
+    """Extra trunk options, e.g. cnn_kwargs={cnn_block_depths:[16,32,32]} or +cnn_kwargs.post_group_norm=false."""
+
+
 # --- trajectory encoders ----------------------------------------------------------------------------------
 @dataclass
 class IdentityTrajEncoderConfig:
@@ -125,26 +157,82 @@ class TransformerTrajEncoderConfig:
     sigma_reparam: bool = True
     normformer_norms: bool = True
     head_scaling: bool = True
+    attention: str = "sdpa"
+    """Attention kernel: sdpa | vanilla | flash (CUDA bf16/fp16, `cuda` extra; else sdpa) | flex (torch>=2.5) | auto."""
+    attn_mask: str = "causal"
+    """Attention pattern: causal | sliding_window | sliding_sink (window + always-visible first keys)."""
+    window_size: Any = None
+    """Sliding window (past keys seen besides the current one): int or flash-style [left, 0]; sliding masks need it."""
+    sink_size: int = 0
+    """attn_mask=sliding_sink: number of first context keys always visible."""
+    sink_bias: float = 0.0
+    """attn_mask=sliding_sink: added to the sink keys' attention scores."""
+    logit_clip: float = 0.0
+    """attn_mask=sliding_sink: clamp scores to ±logit_clip when > 0 (vanilla/flex only)."""
+    flex_compile: Optional[bool] = None
+    """attention=flex: torch.compile the kernel (null = on CUDA only; CPU runs eagerly)."""
+
+
+@dataclass
+class MambaTrajEncoderConfig:
+    _target_: str = f"{_P}.nets.traj.mamba.MambaTrajEncoder"
+    _partial_: bool = True
+    d_model: int = 256
+    """Residual stream width."""
+    d_state: int = 16
+    """SSM state size per channel."""
+    d_conv: int = 4
+    """Kernel of the causal depthwise convolution."""
+    expand: int = 2
+    """Inner width = expand * d_model."""
+    n_layers: int = 3
+    """Residual Mamba blocks."""
+    norm: str = "layer"
+    """Pre-block and final norm (see the norms of nets.common)."""
+    backend: str = "auto"
+    """auto (mamba-ssm kernels on CUDA when installed, else pure PyTorch) | torch | mamba_ssm (`cuda` extra)."""
 
 
 # --- agent ------------------------------------------------------------------------------------------------
+def _dist(name: str, **params) -> Any:
+    return field(default_factory=lambda: {"_target_": f"{_P}.nets.heads.distributions.{name}", **params})
+
+
 @dataclass
 class ActorConfig:
+    """agent/actor=mlp: MLP actor head."""
+
     _target_: str = f"{_P}.nets.heads.actor.Actor"
     _partial_: bool = True
     n_layers: int = 2
     d_hidden: int = 256
     activation: str = "leaky_relu"
     dropout_p: float = 0.0
-    continuous_dist_type: Any = field(
-        default_factory=lambda: {"_target_": f"{_P}.nets.heads.distributions.TanhGaussian"}
-    )
-    """Policy distribution for continuous actions."""
-    discrete_dist_type: Any = field(
-        default_factory=lambda: {"_target_": f"{_P}.nets.heads.distributions.Discrete",
-                                 "clip_prob_low": 0.001, "clip_prob_high": 0.99}
-    )
-    """Policy distribution for discrete actions."""
+    continuous_dist_type: Any = _dist("TanhGaussian")
+    """Policy for Box actions: tanh_gaussian | gmm | beta (a name), or ._target_=amago_app.nets.heads.distributions.GMM
+    plus +agent.actor.continuous_dist_type.<param>=<value>."""
+    discrete_dist_type: Any = _dist("Discrete", clip_prob_low=0.001, clip_prob_high=0.99)
+    """Policy for Discrete actions: discrete | discrete_like_continuous (a name), or a {_target_: ...} config."""
+    multibinary_dist_type: Any = _dist("Multibinary")
+    """Policy for MultiBinary actions: multibinary."""
+
+
+@dataclass
+class ResidualActorConfig:
+    """agent/actor=residual: Linear -> residual FF blocks -> Linear."""
+
+    _target_: str = f"{_P}.nets.heads.actor.ResidualActor"
+    _partial_: bool = True
+    feature_dim: int = 256
+    residual_ff_dim: int = 512
+    residual_blocks: int = 2
+    normalization: Optional[str] = "layer"
+    activation: str = "leaky_relu"
+    dropout_p: float = 0.0
+    continuous_dist_type: Any = _dist("TanhGaussian")
+    """See agent/actor=mlp."""
+    discrete_dist_type: Any = _dist("Discrete", clip_prob_low=0.001, clip_prob_high=0.99)
+    multibinary_dist_type: Any = _dist("Multibinary")
 
 
 @dataclass
@@ -158,10 +246,66 @@ class CriticConfig:
 
 
 @dataclass
+class TwoHotCriticConfig(CriticConfig):
+    _target_: str = f"{_P}.nets.heads.critics.NCriticsTwoHot"
+    min_return: Optional[float] = None
+    """Lowest return covered by the bins, in the scaled space (after reward_multiplier); null = -100_000 (warns)."""
+    max_return: Optional[float] = None
+    """Highest return covered by the bins (scaled); null = 100_000 (warns)."""
+    output_bins: int = 128
+    use_symlog: bool = True
+    """Space bins uniformly in symlog(return) (else linearly)."""
+    label_type: str = "twohot"
+    """twohot | hlgauss (Gaussian of std sigma * bin width integrated over the bins)."""
+    sigma: float = 0.75
+    """HL-Gauss std in bin widths."""
+    init_value: Optional[float] = None
+    """Initial prediction of every critic (output bias = Gaussian log-profile around it); null = random."""
+
+
+@dataclass
+class BinaryFilterConfig:
+    """agent/fbc_filter_func=binary: w = 1[A > threshold]."""
+
+    _target_: str = f"{_P}.agents.filters.binary_filter"
+    _partial_: bool = True
+    threshold: float = 0.0
+
+
+@dataclass
+class ExpFilterConfig:
+    """agent/fbc_filter_func=exp: w = clip(exp(beta * clip(A)))."""
+
+    _target_: str = f"{_P}.agents.filters.exp_filter"
+    _partial_: bool = True
+    beta: float = 1.0
+    clip_adv_low: Optional[float] = None
+    clip_adv_high: Optional[float] = None
+    clip_weights_low: Optional[float] = 1e-7
+    clip_weights_high: Optional[float] = None
+
+
+@dataclass
+class LeakyReluFilterConfig:
+    """agent/fbc_filter_func=leaky_relu: w = clip(target_f0 + neg_slope*tau/beta + leaky_relu((A-tau)/beta)) + 1[A>0]."""
+
+    _target_: str = f"{_P}.agents.filters.leaky_relu_filter"
+    _partial_: bool = True
+    beta: float = 2.0
+    tau: float = 0.01
+    neg_slope: float = 0.05
+    target_f0: float = 0.01
+    clip_weights_low: Optional[float] = 1e-7
+    clip_weights_high: Optional[float] = 10.0
+    add_binary: bool = True
+
+
+@dataclass
 class AgentConfig:
     _target_: str = f"{_P}.agents.agent.Agent"
     _partial_: bool = True
-    actor: ActorConfig = field(default_factory=ActorConfig)
+    actor: Any = None
+    """Actor head, chosen with agent/actor=mlp (default) | residual; null = MLP defaults."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     num_critics: int = 4
     """Critic ensemble size."""
@@ -183,14 +327,27 @@ class AgentConfig:
     fake_filter: bool = False
     """BC weights all 1 (plain behavior cloning)."""
     num_actions_for_value_in_critic_loss: int = 1
+    """K_c: policy samples averaged in the TD target (continuous; discrete is exact in the Agent)."""
     num_actions_for_value_in_actor_loss: int = 1
-    fbc_filter_func: Any = field(
-        default_factory=lambda: {"_target_": f"{_P}.agents.filters.binary_filter", "_partial_": True, "threshold": 0.0}
-    )
-    """Advantage filter of the BC term: binary_filter, exp_filter, leaky_relu_filter."""
+    """K_a: policy samples averaged in the actor terms (continuous; discrete is exact in the Agent)."""
+    fbc_filter_func: Any = None
+    """Advantage filter of the BC term, chosen with agent/fbc_filter_func=binary (default) | exp | leaky_relu."""
     popart: bool = True
     use_target_actor: bool = True
     n_step: int = 1
+    pass_obs_keys_to_actor: Optional[list[str]] = None
+    """Raw observation keys handed to the actor as `actor(state, obs)` (e.g. action masks for custom actors)."""
+
+
+@dataclass
+class MultiTaskAgentConfig(AgentConfig):
+    """agent=multitask: AMAGO-2's scale-free losses (two-hot critics, sample-based values, filtered BC)."""
+
+    _target_: str = f"{_P}.agents.multitask.MultiTaskAgent"
+    critic: TwoHotCriticConfig = field(default_factory=TwoHotCriticConfig)
+    online_coeff: float = 0.0
+    offline_coeff: float = 1.0
+    num_actions_for_value_in_actor_loss: int = 3
 
 
 # --- exploration ------------------------------------------------------------------------------------------
@@ -339,10 +496,12 @@ class Config:
 
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"env": EnvConfig},
-    "tstep_encoder": {"ff": FFTstepEncoderConfig},
+    "tstep_encoder": {"ff": FFTstepEncoderConfig, "cnn": CNNTstepEncoderConfig},
     "traj_encoder": {"identity": IdentityTrajEncoderConfig, "ff": FFTrajEncoderConfig, "gru": GRUTrajEncoderConfig,
-                     "transformer": TransformerTrajEncoderConfig},
-    "agent": {"agent": AgentConfig},
+                     "transformer": TransformerTrajEncoderConfig, "mamba": MambaTrajEncoderConfig},
+    "agent": {"agent": AgentConfig, "multitask": MultiTaskAgentConfig},
+    "agent/actor": {"mlp": ActorConfig, "residual": ResidualActorConfig},
+    "agent/fbc_filter_func": {"binary": BinaryFilterConfig, "exp": ExpFilterConfig, "leaky_relu": LeakyReluFilterConfig},
     "exploration": {"none": NoExplorationConfig, "egreedy": EpsilonGreedyConfig,
                     "corridor": CorridorEpsilonGreedyConfig, "bilevel": BilevelEpsilonGreedyConfig},
     "buffer": {"buffer": BufferConfig},

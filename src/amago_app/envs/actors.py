@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
 
 from amago_app.envs.wrapper import AMAGOEnv, ReportEnvName
 
@@ -34,11 +35,17 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
         self.step_async(actions)
         try:
             return self.step_wait(timeout=self.step_timeout)
-        except mp.TimeoutError as e:
+        except (mp.TimeoutError, EOFError, BrokenPipeError, ConnectionResetError) as e:
+            why = f"did not answer within {self.step_timeout}s" if isinstance(e, mp.TimeoutError) else "died"
+            self._abandon()
             raise RuntimeError(
-                f"an async env worker did not answer within {self.step_timeout}s (crashed or hung); "
-                "check the env, or use env.mode=sync to see its traceback in-process"
+                f"an async env worker {why}; check the env, or use env.mode=sync to see its traceback in-process"
             ) from e
+
+    def _abandon(self) -> None:
+        """Stop all workers without waiting for the pending step (it will never arrive)."""
+        self._state = AsyncState.DEFAULT
+        self.close(terminate=True)
 
 
 def _named(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import gymnasium as gym
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from amago_app.data.timestep import MAGIC_PAD_VAL
@@ -34,14 +35,19 @@ class InputNorm(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor, real: torch.Tensor) -> None:
         """x (..., dim); real (...) bool, False for padding."""
-        w = real.to(x.dtype).unsqueeze(-1)
-        count = w.sum().clamp_min(1.0)
-        mean = (x * w).sum(dim=tuple(range(x.ndim - 1))) / count
-        sq = (x.square() * w).sum(dim=tuple(range(x.ndim - 1))) / count
+        w = real.to(torch.float32).unsqueeze(-1)
+        x = x.float()
+        dims = tuple(range(x.ndim - 1))
+        moments = torch.cat([(x * w).sum(dims), (x.square() * w).sum(dims), w.sum().reshape(1)])
+        if dist.is_available() and dist.is_initialized():  # statistics of the global batch: ranks stay identical
+            dist.all_reduce(moments)
+        d = self.mu.shape[0]
+        count = moments[-1].clamp_min(1.0)
+        mean, sq = moments[:d] / count, moments[d : 2 * d] / count
         self.t += 1
         beta_t = self.beta / (1.0 - (1.0 - self.beta) ** self.t.float())
-        self.mu.lerp_(mean.float(), beta_t)
-        self.nu.lerp_(sq.float(), beta_t)
+        self.mu.lerp_(mean, beta_t)
+        self.nu.lerp_(sq, beta_t)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         sigma = self.sigma

@@ -1,6 +1,6 @@
 """Checkpoints, written so that a crash never leaves a half-written file where a reader looks.
 
-    {run_dir}/config.yaml                                   resolved config (amago-eval and resume read it)
+    {run_dir}/config.yaml                                   the config (amago-eval and resume rebuild from it)
     {run_dir}/ckpts/training_states/epoch_{e}/main.pt       agent + optimizer + scheduler + counters
     {run_dir}/ckpts/training_states/epoch_{e}/rank{r}.pt    per-process state: RNGs, exploration, recorder
     {run_dir}/ckpts/policy_weights/policy_epoch_{e}.pt      agent state_dict

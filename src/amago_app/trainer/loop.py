@@ -6,12 +6,14 @@ Every process runs its own actors and samples its own batches; gradients are ave
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, gather_object, set_seed
 from omegaconf import DictConfig, OmegaConf
 
@@ -53,6 +55,9 @@ class Trainer:
         holder = [str(Path(run_dir).resolve())]
         broadcast_object_list(holder)
         self.run_dir = Path(holder[0])
+        own = Path(run_dir).resolve()
+        if own != self.run_dir and own.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in own.iterdir()):
+            shutil.rmtree(own, ignore_errors=True)  # this process's own (unused) Hydra directory
         set_seed(cfg.seed + self.rank)
 
         # envs, exploration, data
@@ -73,8 +78,11 @@ class Trainer:
             cfg.buffer.prefetch, seed=cfg.seed, rank=self.rank, pin_memory=self.device.type == "cuda",
         )
 
-        # agent and optimization
+        # agent and optimization: identical initial weights and buffers on every rank (DDP does not
+        # broadcast buffers here), then per-rank randomness for sampling and dropout
+        set_seed(cfg.seed)
         agent = build_agent(cfg, self.train_envs)
+        set_seed(cfg.seed + self.rank)
         self.optimizer = torch.optim.AdamW(agent.trainable_parameters(), lr=t.learning_rate, weight_decay=t.l2_coeff)
         warmup = max(int(t.lr_warmup_steps), 0)
         # stepped once per gradient step by us (not by accelerate, which would step it once per process)
@@ -299,6 +307,9 @@ class Trainer:
             self.logger.close()
         self.train_actors.close()
         self.val_actors.close()
+        if self.accelerator.num_processes == 1:
+            # let the next run in this process (sweeps, tests) choose its own precision / device
+            AcceleratorState._reset_state(reset_partial_state=True)
 
     # --- checkpoints --------------------------------------------------------------------------------
     def _weights(self) -> dict:
@@ -361,7 +372,12 @@ class Trainer:
         print(f"warning: could not read {path} after {tries} tries")
 
 
-def save_resolved_config(cfg: DictConfig, run_dir: Path) -> None:
-    """The config every later command (resume, amago-eval) rebuilds the run from."""
-    text = OmegaConf.to_yaml(cfg, resolve=True).encode()
-    atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(text))
+def save_config(cfg: DictConfig, run_dir: Path) -> None:
+    """What later commands rebuild the run from.
+
+    `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
+    from the horizon); `config.resolved.yaml` records the concrete values the run used.
+    """
+    for name, resolve in (("config.yaml", False), ("config.resolved.yaml", True)):
+        text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
+        atomic_write_bytes(run_dir / name, lambda f, text=text: f.write(text))

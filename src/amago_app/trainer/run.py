@@ -9,7 +9,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
-from amago_app.trainer.loop import Trainer, save_resolved_config
+from amago_app.config import setup
+from amago_app.trainer.loop import Trainer, save_config
 
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
           "experiment", "hydra")
@@ -44,6 +45,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[st
 
 def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Train a new run in `run_dir`, or continue `cfg.resume` with `overrides` applied to its saved config."""
+    setup()  # resolvers used by saved configs
     run_dir = Path(run_dir)
     state_dir = None
     if cfg.get("resume"):
@@ -54,11 +56,12 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
         with open_dict(cfg):
             cfg.resume = str(state_dir)
     else:
-        cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation must resolve before anything starts
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, run_dir)
     if state_dir is not None:
         trainer.load_checkpoint(state_dir)
     if trainer.is_main:
-        save_resolved_config(cfg, trainer.run_dir)
+        save_config(cfg, trainer.run_dir)
     return trainer.learn()

@@ -1,0 +1,106 @@
+"""The real commands, as a user types them (in a subprocess, from a scratch working directory)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amago_app.logging.metrics import read_jsonl
+from conftest import TINY
+
+
+def amago(tool: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
+    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("cli")
+    r = amago("train", *TINY, "trainer.epochs=3", "trainer.ckpt_interval=1", cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = list((cwd / "runs" / "tmaze-H3").iterdir())
+    assert len(runs) == 1
+    return cwd, runs[0]
+
+
+def test_run_directory_layout(trained_run):
+    _, run = trained_run
+    assert (run / "config.yaml").is_file() and (run / ".hydra" / "config.yaml").is_file()
+    assert sorted(p.name for p in (run / "metrics").iterdir()) == \
+        ["dataset.jsonl", "train-update.jsonl", "train.jsonl", "val.jsonl"]
+    val = read_jsonl(run / "metrics" / "val.jsonl")
+    assert {"total_frames", "epoch", "gradient_steps", "wall_time"} <= set(val[0])
+    assert any(k.startswith("val/Average Total Return in TMazePassive-H3") for k in val[-1])
+    assert "val/Average Success in TMazePassive-H3" in val[-1]
+    updates = read_jsonl(run / "metrics" / "train-update.jsonl")
+    assert {"train-update/Loss", "train-update/Critic Loss", "train-update/Learning Rate"} <= set(updates[-1])
+    dataset = read_jsonl(run / "metrics" / "dataset.jsonl")
+    assert dataset[-1]["dataset/FIFO Files"] > 0 and dataset[-1]["total_frames"] == 3 * 2 * 8
+    assert list((run / "buffer" / "fifo").glob("*.npz"))
+    assert (run / "ckpts" / "latest" / "policy.pt").is_file()
+
+
+def test_eval_prints_a_table_and_writes_json(trained_run):
+    cwd, run = trained_run
+    out = cwd / "eval.json"
+    r = amago("eval", str(run), "episodes=6", "sample=false", f"output={out}", cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "TMazePassive-H3" in r.stdout and "mean_return" in r.stdout
+    summary = json.loads(out.read_text())
+    assert summary["episodes"] >= 6 and summary["sample_actions"] is False
+    assert summary["per_env"]["TMazePassive-H3"]["mean_length"] == 4
+
+
+def test_eval_on_another_env_config_and_saving_demos(trained_run):
+    cwd, run = trained_run
+    demos = cwd / "demos"
+    weights = run / "ckpts" / "policy_weights" / "policy_epoch_1.pt"
+    r = amago("eval", str(weights), "env.horizon=5", "env.parallel_actors=3", "episodes=3",
+              f"save_trajs_to={demos}", cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "TMazePassive-H5" in r.stdout
+    files = list(demos.glob("*.npz"))
+    assert len(files) >= 3
+    from amago_app.data.files import load_trajectory
+
+    assert len(load_trajectory(files[0])) == 6  # a whole H=5 episode
+
+
+def test_eval_errors_are_one_line(trained_run):
+    cwd, run = trained_run
+    r = amago("eval", str(cwd / "missing"), cwd=cwd)
+    assert r.returncode == 2 and "is not a run directory" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    r = amago("eval", str(run), "env=gym", cwd=cwd)
+    assert r.returncode == 2 and "do not fit the agent" in r.stdout
+    r = amago("eval", str(run), "traj_encoder=gru", cwd=cwd)
+    assert r.returncode == 2 and "can swap the env group only" in r.stdout
+
+
+def test_resume_from_the_command_line(trained_run):
+    cwd, run = trained_run
+    r = amago("train", f"resume={run}", "trainer.epochs=4", cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    epochs = [rec["epoch"] for rec in read_jsonl(run / "metrics" / "dataset.jsonl")]
+    assert epochs == [0, 1, 2, 3]
+    assert len(list((cwd / "runs" / "tmaze-H3").iterdir())) == 1  # continued in place
+
+
+def test_sweep_writes_one_directory_per_job(tmp_path):
+    r = amago("train", "-m", *TINY, "trainer.epochs=1", "seed=0,1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = sorted(p.name for p in next((tmp_path / "multirun" / "tmaze-H3").iterdir()).iterdir() if p.is_dir())
+    assert jobs[:2] == ["0", "1"]
+
+
+def test_wandb_offline(tmp_path):
+    r = amago("train", *TINY, "trainer.epochs=1", "logger=wandb", "logger.mode=offline", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = next((tmp_path / "runs" / "tmaze-H3").iterdir())
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb"))

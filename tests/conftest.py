@@ -1,0 +1,56 @@
+"""Shared fixtures. Tests use real components: gymnasium envs, files on disk, Hydra composition."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    np.random.seed(0)
+
+
+def random_trajectory(T: int, action_dim: int = 3, discrete: bool = True, obs_dim: int = 2, seed: int = 0):
+    from amago_app.data.timestep import Trajectory
+
+    rng = np.random.default_rng(seed)
+    if discrete:
+        actions = np.eye(action_dim, dtype=np.float32)[rng.integers(0, action_dim, T)]
+    else:
+        actions = rng.uniform(-1, 1, (T, action_dim)).astype(np.float32)
+    dones = np.zeros(T, bool)
+    dones[-1] = True
+    return Trajectory.from_transitions(
+        {"observation": rng.normal(size=(T + 1, obs_dim)).astype(np.float32)},
+        rng.normal(size=T).astype(np.float32), dones, actions,
+    )
+
+
+#: overrides that shrink the default run to seconds
+TINY = [
+    "env.horizon=3", "env.parallel_actors=2",
+    "tstep_encoder.d_hidden=16", "tstep_encoder.d_output=16",
+    "traj_encoder.d_model=16", "traj_encoder.n_heads=2", "traj_encoder.n_layers=1",
+    "agent.actor.d_hidden=16", "agent.critic.d_hidden=16",
+    "trainer.batch_size=4", "trainer.train_batches_per_epoch=3", "trainer.train_timesteps_per_epoch=8",
+    "trainer.val_interval=1", "trainer.log_interval=1", "trainer.lr_warmup_steps=2", "logger.verbose=false",
+]
+
+
+def compose_config(overrides=(), tiny=True):
+    from hydra import compose, initialize_config_dir
+
+    from amago_app.config import config_dir, setup
+
+    setup()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        return compose("config", overrides=(TINY if tiny else []) + list(overrides))

@@ -1,0 +1,93 @@
+import numpy as np
+import pytest
+import torch
+
+from amago_app.data.dataset import DiskBuffer
+from amago_app.data.files import save_trajectory
+from amago_app.data.loader import BatchLoader, collate, padding_mask, slice_window, window_bounds
+from amago_app.data.timestep import MAGIC_PAD_VAL
+from conftest import random_trajectory
+
+
+@pytest.mark.parametrize("mode,low,high", [("none", 0, 6), ("both", -3, 8), ("left", -3, 6), ("right", 0, 8)])
+def test_window_start_ranges(mode, low, high):
+    rng = np.random.default_rng(0)
+    T, L = 10, 4
+    starts, stops = [], []
+    for _ in range(4000):
+        a, b = window_bounds(T, L, mode, rng)
+        assert 0 <= a < b <= T and b - a <= L
+        starts.append(a)
+        stops.append(b)
+    # the unclamped start covers [low, high]; clamping maps negative starts to 0 with shorter windows
+    assert min(starts) == max(low, 0) and max(starts) == high
+    if low < 0:  # negative starts: shorter windows that begin at timestep 0
+        assert min(b for a, b in zip(starts, stops) if a == 0) == 1
+    if mode in ("both", "right"):
+        assert any(b == T and b - a < L for a, b in zip(starts, stops))
+
+
+def test_short_files_are_kept_whole():
+    assert window_bounds(3, 8, "none", np.random.default_rng(0)) == (0, 3)
+
+
+def test_bad_padded_sampling():
+    with pytest.raises(ValueError, match="padded_sampling='middle' is not one of"):
+        window_bounds(10, 4, "middle", np.random.default_rng(0))
+
+
+def test_slice_keeps_one_more_timestep_than_transitions():
+    w = slice_window(random_trajectory(10), 3, 7)
+    w.validate()
+    assert len(w) == 4 and w.rl2s.shape[0] == 5
+
+
+def test_collate_pads_with_magic_value_and_mask_rule():
+    a, b = random_trajectory(5, seed=1), random_trajectory(2, seed=2)
+    batch = collate([a, b])
+    assert batch.rl2s.shape == (2, 6, 4) and batch.rews.shape == (2, 5, 1) and batch.actions.shape == (2, 5, 3)
+    assert batch.obs["observation"].shape == (2, 6, 2) and batch.time_idxs.dtype == torch.int64
+    assert torch.all(batch.rl2s[1, 3:] == MAGIC_PAD_VAL) and torch.all(batch.time_idxs[1, 3:] == 4)
+    assert batch.dones[1, 2:].all()  # padded dones are True after the bool cast, and masked
+    mask = padding_mask(batch.rl2s[:, 1:])
+    assert mask.shape == (2, 5, 1)
+    assert mask[0].all() and mask[1, :2].all() and not mask[1, 2:].any()
+    fixed = collate([a, b], pad_to=8)
+    assert fixed.rl2s.shape == (2, 9, 4) and fixed.rews.shape == (2, 8, 1)
+
+
+def test_real_zero_rows_are_not_padding():
+    a = random_trajectory(3)
+    a.rl2s[:] = 0.0
+    assert padding_mask(collate([a]).rl2s).all()
+
+
+def _loader(tmp_path, **kw):
+    buf = DiskBuffer(tmp_path, "r")
+    for i in range(6):
+        save_trajectory(random_trajectory(5 + 3 * i, seed=i), buf.fifo_dir, "env")
+    buf.refresh()
+    return BatchLoader(buf, batch_size=4, max_seq_len=6, **kw)
+
+
+def test_epochs_are_reproducible_and_prefetch_does_not_change_them(tmp_path):
+    loader = _loader(tmp_path, prefetch=2, seed=3)
+    threaded = list(loader.epoch(epoch=7, num_batches=5))
+    loader.prefetch = 0
+    inline = list(loader.epoch(epoch=7, num_batches=5))
+    assert len(threaded) == 5
+    for x, y in zip(threaded, inline):
+        assert torch.equal(x.rl2s, y.rl2s) and torch.equal(x.obs["observation"], y.obs["observation"])
+    other = next(iter(loader.epoch(epoch=8, num_batches=1)))
+    assert not torch.equal(other.rl2s, inline[0].rl2s)
+
+
+def test_loader_errors_surface_in_the_training_thread(tmp_path):
+    loader = BatchLoader(DiskBuffer(tmp_path, "empty"), batch_size=2, max_seq_len=4)
+    with pytest.raises(RuntimeError, match="replay buffer at .* is empty"):
+        next(iter(loader.epoch(0, 3)))
+
+
+def test_fixed_length_batches(tmp_path):
+    batch = next(iter(_loader(tmp_path, fixed_length=True).epoch(0, 1)))
+    assert batch.rews.shape == (4, 6, 1)

@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from amago_app.envs.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
+
+
+def test_egreedy_schedule_and_per_actor_scale():
+    ex = EpsilonGreedy(spaces.Discrete(4), num_actors=5, eps_start=1.0, eps_end=0.1, steps_anneal=100, seed=0)
+    assert np.all((ex.m >= 0) & (ex.m < 1)) and len(set(ex.m)) == 5
+    t = np.zeros(5)
+    np.testing.assert_allclose(ex.epsilon(t), ex.m * 1.0)
+    ex.g = 50
+    np.testing.assert_allclose(ex.epsilon(t), ex.m * 0.55)
+    ex.g = 10_000
+    np.testing.assert_allclose(ex.epsilon(t), ex.m * 0.1)
+
+
+def test_m_is_redrawn_only_for_finished_actors():
+    ex = EpsilonGreedy(spaces.Discrete(4), num_actors=4, seed=0)
+    before = ex.m.copy()
+    ex.on_done(np.array([True, False, False, True]))
+    assert ex.m[1] == before[1] and ex.m[2] == before[2]
+    assert ex.m[0] != before[0] and ex.m[3] != before[3]
+
+
+def test_not_randomized_means_full_schedule_and_no_crash_on_done():
+    ex = EpsilonGreedy(spaces.Discrete(4), num_actors=3, randomize_eps=False, seed=0)
+    ex.on_done(np.array([True, False, True]))
+    np.testing.assert_array_equal(ex.m, 1.0)
+
+
+def test_discrete_noise_rate_matches_epsilon():
+    ex = EpsilonGreedy(spaces.Discrete(4), num_actors=2000, randomize_eps=False, eps_start=0.4, eps_end=0.4, seed=0)
+    greedy = np.zeros((2000, 1), np.uint8)
+    changed = (ex(greedy, np.zeros(2000)) != 0).mean()
+    assert abs(changed - 0.4 * 3 / 4) < 0.03  # a random pick equals the greedy action 1/4 of the time
+    assert ex.g == 1
+
+
+def test_continuous_noise_is_clipped_gaussian():
+    ex = EpsilonGreedy(spaces.Box(-1, 1, (3,)), num_actors=4000, randomize_eps=False, eps_start=0.3, eps_end=0.3, seed=0)
+    a = np.full((4000, 3), 0.9, np.float32)
+    noisy = ex(a, np.zeros(4000))
+    assert noisy.dtype == np.float32 and noisy.max() <= 1.0 and noisy.min() >= -1.0
+    below = noisy[noisy < 0.9] - 0.9
+    assert abs(below.std() - 0.3 * 0.6) < 0.05  # half-normal below the clip point
+
+
+def test_bilevel_decays_within_a_rollout():
+    ex = BilevelEpsilonGreedy(spaces.Discrete(3), num_actors=2, rollout_horizon=100, randomize_eps=False, seed=0)
+    eps = ex.epsilon(np.array([0, 100]))
+    np.testing.assert_allclose(eps, [1.0, 0.8])
+    ex.g = 1_000_000
+    np.testing.assert_allclose(ex.epsilon(np.array([0, 50])), [0.05, 0.05 - 0.04 * 0.5])
+
+
+def test_corridor_is_greedy_in_the_middle():
+    ex = CorridorEpsilonGreedy(spaces.Discrete(4), num_actors=1, horizon=20, randomize_eps=False, seed=0)
+    assert ex.epsilon(np.array([0]))[0] == 1.0
+    assert ex.epsilon(np.array([5]))[0] == pytest.approx(0.5 / 20)
+    assert ex.epsilon(np.array([18]))[0] == 1.0
+
+
+def test_state_round_trip_reproduces_noise():
+    ex = EpsilonGreedy(spaces.Discrete(6), num_actors=8, seed=1)
+    for _ in range(5):
+        ex(np.zeros((8, 1), np.uint8), np.zeros(8))
+    state = ex.state_dict()
+    a = [ex(np.zeros((8, 1), np.uint8), np.zeros(8)) for _ in range(3)]
+    other = EpsilonGreedy(spaces.Discrete(6), num_actors=8, seed=99)
+    other.load_state_dict(state)
+    b = [other(np.zeros((8, 1), np.uint8), np.zeros(8)) for _ in range(3)]
+    assert other.g == ex.g
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_bad_schedule_values():
+    with pytest.raises(ValueError, match="eps_start_start=1.5 must be in \\[0, 1\\]"):
+        EpsilonGreedy(spaces.Discrete(2), num_actors=1, eps_start=1.5)
+
+
+def test_none_is_identity():
+    ex = NoExploration(spaces.Discrete(3), num_actors=2)
+    a = np.array([[1], [2]], np.uint8)
+    assert ex(a, np.zeros(2)) is a

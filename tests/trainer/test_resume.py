@@ -1,0 +1,106 @@
+"""Checkpoints: a resumed run continues exactly where the original stopped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.envs.actors import make_actors
+from amago_app.envs.builtin.tmaze import TMazePassive
+from amago_app.logging.metrics import read_jsonl
+from amago_app.trainer.checkpoint import Checkpoints
+from amago_app.trainer.run import train
+from conftest import compose_config
+
+
+def _protected_data(buffer_dir, n_steps=40):
+    """Random-policy T-maze rollouts written as protected files (offline data)."""
+    envs = make_actors(lambda: TMazePassive(corridor_length=3), 2)
+    rec = TrajectoryRecorder(2, max_seq_len=4)
+    rec.start(envs.reset(seed=0))
+    rng = np.random.default_rng(0)
+    for _ in range(n_steps):
+        out = envs.step(rng.integers(0, 4, (2, 1)))
+        rec.add(out.step, out.next, out.done, out.env_names)
+    envs.close()
+    protected = buffer_dir / "shared" / "buffer" / "protected"
+    protected.mkdir(parents=True)
+    assert rec.flush(protected) >= 10
+
+
+def _offline_cfg(tmp_path, epochs, extra=()):
+    return compose_config([
+        f"buffer.root={tmp_path / 'buffers'}", "buffer.name=shared", "trainer.start_collecting_at_epoch=1000",
+        "trainer.val_interval=null", f"trainer.epochs={epochs}", "trainer.ckpt_interval=1", *extra,
+    ])
+
+
+def _state(run_dir, epoch):
+    return torch.load(Checkpoints(run_dir).state_dir(epoch) / "main.pt", weights_only=False)
+
+
+def test_resume_is_exact(tmp_path):
+    _protected_data(tmp_path / "buffers")
+    straight = tmp_path / "straight"
+    train(_offline_cfg(tmp_path, epochs=4), straight)
+
+    split = tmp_path / "split"
+    train(_offline_cfg(tmp_path, epochs=2), split)
+    first_half = _state(split, 1)
+    assert first_half["counters"]["epoch"] == 2 and first_half["counters"]["gradient_steps"] == 6
+    resumed = train(_offline_cfg(tmp_path, epochs=2, extra=[f"resume={split}"]), tmp_path / "ignored",
+                    overrides=[f"resume={split}", "trainer.epochs=4"])
+    assert not (tmp_path / "ignored").exists() or not any((tmp_path / "ignored").iterdir())
+    assert resumed["epochs"] == 4 and resumed["gradient_steps"] == 12
+
+    a, b = _state(straight, 3), _state(split, 3)
+    for k, v in a["agent"].items():
+        assert torch.equal(v, b["agent"][k]), k  # weights, targets, PopArt, InputNorm, sigma-reparam buffers
+    assert a["scheduler"] == b["scheduler"]
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert {k: v for k, v in a["counters"].items() if k != "elapsed"} == \
+           {k: v for k, v in b["counters"].items() if k != "elapsed"}
+    # the resumed run kept writing the same metrics files and the saved config records the new epochs
+    steps = [r["gradient_steps"] for r in read_jsonl(split / "metrics" / "train-update.jsonl")]
+    assert steps == sorted(steps) and steps[-1] == 12
+    assert OmegaConf.load(split / "config.yaml").trainer.epochs == 4
+
+
+def test_online_resume_restores_counters_and_exploration(tmp_path):
+    run = tmp_path / "run"
+    train(compose_config(["trainer.epochs=2", "trainer.ckpt_interval=1"]), run)
+    saved = _state(run, 1)
+    rank0 = torch.load(Checkpoints(run).state_dir(1) / "rank0.pt", weights_only=False)
+    assert saved["counters"]["total_frames"] == 2 * 2 * 8
+    assert rank0["exploration"]["g"] == 16
+    result = train(compose_config([f"resume={run}"]), tmp_path / "x", overrides=[f"resume={run}", "trainer.epochs=3"])
+    assert result["epochs"] == 3 and result["total_frames"] == 3 * 2 * 8
+    later = torch.load(Checkpoints(run).state_dir(2) / "rank0.pt", weights_only=False)
+    assert later["exploration"]["g"] == 24  # the schedule continued, it did not restart high
+
+
+def test_resume_rejects_group_changes_and_bad_paths(tmp_path):
+    run = tmp_path / "run"
+    train(compose_config(["trainer.epochs=1"]), run)
+    with pytest.raises(ValueError, match="cannot change config group 'traj_encoder'"):
+        train(compose_config([f"resume={run}"]), tmp_path / "x", overrides=[f"resume={run}", "traj_encoder=gru"])
+    with pytest.raises(FileNotFoundError, match="cannot resume from"):
+        train(compose_config([f"resume={tmp_path / 'nope'}"]), tmp_path / "x")
+
+
+def test_checkpoint_files_are_complete_and_atomic(tmp_path):
+    run = tmp_path / "run"
+    train(compose_config(["trainer.epochs=3", "trainer.ckpt_interval=2"]), run)
+    ck = Checkpoints(run)
+    assert ck.saved_epochs() == [0, 2]  # every ckpt_interval epochs and the last one
+    assert sorted(p.name for p in ck.state_dir(2).iterdir()) == ["main.pt", "rank0.pt"]
+    assert sorted(p.name for p in ck.weights.iterdir()) == ["policy_epoch_0.pt", "policy_epoch_2.pt"]
+    assert ck.latest.is_file()
+    leftovers = [p for p in run.rglob(".tmp-*")]
+    assert leftovers == []
+    latest = torch.load(ck.latest, weights_only=True)
+    assert all(torch.equal(v, _state(run, 2)["agent"][k]) for k, v in latest.items())
