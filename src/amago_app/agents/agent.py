@@ -8,16 +8,27 @@ A action dim, D state dim. `s = traj_encoder(tstep_encoder(obs, rl2))` is (B, T+
            + offline_coeff * -w(A(s_t, a_t)) log pi(a_t|s_t) (filtered BC with advantage filter w)
 
 Every output exists for all G gammas; the last gamma is used for acting. Targets are PopArt-normalized.
+
+Action spaces: Discrete (the actor emits an index, buffers store one-hots; critics give Q(s, .) and values of
+probability vectors are exact), Box (actions in [-1, 1]^A) and MultiBinary (0/1 vectors; critics see the
+vector like a continuous action). Components are passed as factories:
+
+    actor(state_dim, action_dim, action_kind, num_gammas)  -> see nets/heads/actor.py (custom actors; the
+        raw obs keys named in `pass_obs_keys_to_actor` reach `actor(state, obs)` as a dict)
+    critic(state_dim, action_dim, discrete, gammas, num_critics) -> see nets/heads/critics.py
+    fbc_filter_func(adv) -> weights                         -> see agents/filters.py
 """
 
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any, Callable
 
 import gymnasium as gym
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from amago_app.agents.filters import binary_filter
 from amago_app.agents.returns import nstep_targets
@@ -34,7 +45,19 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m).sum() / (m.sum() + 1e-5)
 
 
+def action_kind_of(action_space: gym.spaces.Space) -> tuple[str, int]:
+    if isinstance(action_space, gym.spaces.Discrete):
+        return "discrete", int(action_space.n)
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return "multibinary", int(action_space.shape[0])
+    if isinstance(action_space, gym.spaces.Box):
+        return "continuous", int(action_space.shape[0])
+    raise TypeError(f"unsupported action space {action_space!r}")
+
+
 class Agent(nn.Module):
+    default_critic: Callable[..., nn.Module] = NCritics
+
     def __init__(
         self,
         obs_space: gym.spaces.Dict,
@@ -43,39 +66,39 @@ class Agent(nn.Module):
         max_seq_len: int,
         tstep_encoder: Callable[..., nn.Module],
         traj_encoder: Callable[..., nn.Module],
-        actor: Callable[..., nn.Module] = Actor,
-        critic: Callable[..., nn.Module] = NCritics,
+        actor: Callable[..., nn.Module] | None = None,
+        critic: Callable[..., nn.Module] | None = None,
         num_critics: int = 4,
         num_critics_td: int = 2,
         online_coeff: float = 1.0,
         offline_coeff: float = 0.1,
         critic_loss_weight: float = 10.0,
         gamma: float = 0.999,
-        multigammas: tuple[float, ...] | None = MULTIGAMMAS,
+        multigammas: tuple[float, ...] | list[float] | None = MULTIGAMMAS,
         use_multigamma: bool = True,
         reward_multiplier: float = 10.0,
         tau: float = 0.003,
         fake_filter: bool = False,
         num_actions_for_value_in_critic_loss: int = 1,
         num_actions_for_value_in_actor_loss: int = 1,
-        fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] = binary_filter,
+        fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] | None = None,
         popart: bool = True,
         use_target_actor: bool = True,
         n_step: int = 1,
+        pass_obs_keys_to_actor: list[str] | tuple[str, ...] | None = None,
     ):
         super().__init__()
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.action_kind, self.action_dim = "discrete", int(action_space.n)
-        elif isinstance(action_space, gym.spaces.MultiBinary):
-            self.action_kind, self.action_dim = "multibinary", int(action_space.shape[0])
-        elif isinstance(action_space, gym.spaces.Box):
-            self.action_kind, self.action_dim = "continuous", int(action_space.shape[0])
-        else:
-            raise TypeError(f"unsupported action space {action_space!r}")
+        self.action_kind, self.action_dim = action_kind_of(action_space)
         if not 1 <= num_critics_td <= num_critics:
             raise ValueError(f"need 1 <= num_critics_td ({num_critics_td}) <= num_critics ({num_critics})")
         if online_coeff < 0 or offline_coeff < 0 or (online_coeff == 0 and offline_coeff == 0):
             raise ValueError(f"online_coeff={online_coeff} / offline_coeff={offline_coeff}: need >= 0, not both 0")
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {tau}")
+        if num_actions_for_value_in_critic_loss < 1 or num_actions_for_value_in_actor_loss < 1:
+            raise ValueError("num_actions_for_value_in_critic_loss / _actor_loss must be >= 1")
         gammas = list(multigammas or []) if use_multigamma else []
         gammas.append(gamma)
         if any(not 0.0 <= g < 1.0 for g in gammas):
@@ -84,29 +107,58 @@ class Agent(nn.Module):
         self.num_gammas = len(gammas)
         self.max_seq_len = max_seq_len
         self.discrete = self.action_kind == "discrete"
+        self.pass_obs_keys_to_actor = list(pass_obs_keys_to_actor or [])
+        obs_keys = set(getattr(obs_space, "spaces", {}) or {})
+        missing = [k for k in self.pass_obs_keys_to_actor if k not in obs_keys]
+        if missing:
+            raise ValueError(f"pass_obs_keys_to_actor: {missing} not among the observation keys {sorted(obs_keys)}")
 
         self.tstep_encoder = tstep_encoder(obs_space=obs_space, rl2_dim=rl2_dim)
         self.traj_encoder = traj_encoder(tstep_dim=self.tstep_encoder.emb_dim, max_seq_len=max_seq_len)
         d = self.traj_encoder.emb_dim
-        self.actor = actor(state_dim=d, action_dim=self.action_dim, discrete=self.discrete, num_gammas=self.num_gammas)
-        self.critics = critic(state_dim=d, action_dim=self.action_dim, discrete=self.discrete, gammas=self.gammas,
-                              num_critics=num_critics)
+        self.actor = (actor or Actor)(state_dim=d, action_dim=self.action_dim, action_kind=self.action_kind,
+                                      num_gammas=self.num_gammas)
+        self._prepare_actor(self.actor)
+        self.critics = (critic or self.default_critic)(state_dim=d, action_dim=self.action_dim, discrete=self.discrete,
+                                                       gammas=self.gammas, num_critics=num_critics)
+        self._check_critic(self.critics)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.popart = PopArt(self.num_gammas, enabled=popart)
 
+        if online_coeff > 0 and not self._policy_is_differentiable():
+            if offline_coeff == 0:
+                raise ValueError(f"online_coeff > 0 needs a reparameterizable policy; {type(self.actor.dist).__name__} "
+                                 "is not, and offline_coeff = 0 leaves nothing to train the actor")
+            warnings.warn(f"{type(self.actor.dist).__name__} policies have no rsample: the online (DPG) term is "
+                          f"disabled (online_coeff {online_coeff} -> 0); the actor learns from the filtered BC term",
+                          stacklevel=2)
+            online_coeff = 0.0
         self.num_critics, self.num_critics_td = num_critics, num_critics_td
         self.online_coeff, self.offline_coeff = online_coeff, offline_coeff
         self.critic_loss_weight = critic_loss_weight
         self.reward_multiplier, self.tau = reward_multiplier, tau
-        self.fake_filter, self.fbc_filter = fake_filter, fbc_filter_func
+        self.fake_filter = fake_filter
+        self.fbc_filter = fbc_filter_func or binary_filter
         self.use_target_actor, self.n_step = use_target_actor, n_step
+        self.k_critic, self.k_actor = self._num_action_samples(num_actions_for_value_in_critic_loss,
+                                                               num_actions_for_value_in_actor_loss)
+
+    # --- construction hooks (MultiTaskAgent overrides) ------------------------------------------------
+    def _prepare_actor(self, actor: nn.Module) -> None:
+        """Adjust the freshly built actor before the target copy is made."""
+
+    def _check_critic(self, critics: nn.Module) -> None:
+        if getattr(critics, "distributional", False):
+            raise ValueError(f"{type(critics).__name__} is a distributional (two-hot) critic: it belongs to the "
+                             "MultiTaskAgent (agent=multitask); the Agent needs scalar critics such as NCritics")
+
+    def _policy_is_differentiable(self) -> bool:
+        return self.discrete or self.actor.dist.has_rsample
+
+    def _num_action_samples(self, k_critic: int, k_actor: int) -> tuple[int, int]:
         # discrete policies give exact expectations through their probability vectors: one "sample"
-        self.k_critic = 1 if self.discrete else num_actions_for_value_in_critic_loss
-        self.k_actor = 1 if self.discrete else num_actions_for_value_in_actor_loss
-        if online_coeff > 0 and not (self.discrete or self.actor.dist.has_rsample):
-            raise ValueError(f"online_coeff > 0 needs a reparameterizable policy; {type(self.actor.dist).__name__} "
-                             "is not (use offline_coeff only)")
+        return (1, 1) if self.discrete else (k_critic, k_actor)
 
     # --- parameter groups ---------------------------------------------------------------------------
     @property
@@ -127,6 +179,17 @@ class Agent(nn.Module):
             t_params = list(target.parameters())
             torch._foreach_lerp_(t_params, [p.detach() for p in online.parameters()], self.tau)
 
+    # --- policy -------------------------------------------------------------------------------------
+    def _actor_obs(self, obs: dict[str, torch.Tensor], time: slice) -> dict[str, torch.Tensor] | None:
+        if not self.pass_obs_keys_to_actor:
+            return None
+        return {k: obs[k][:, time] for k in self.pass_obs_keys_to_actor}
+
+    def policy(self, actor: nn.Module, s: torch.Tensor, obs: dict[str, torch.Tensor], time: slice = slice(None)):
+        """The distribution of `actor` on states `s` (B, L, D) that belong to timesteps `time` of `obs`."""
+        extra = self._actor_obs(obs, time)
+        return actor(s) if extra is None else actor(s, extra)
+
     # --- acting -------------------------------------------------------------------------------------
     def get_state(self, obs, rl2s, time_idxs, hidden_state=None):
         return self.traj_encoder(self.tstep_encoder(obs, rl2s), time_idxs, hidden_state)
@@ -134,77 +197,108 @@ class Agent(nn.Module):
     @torch.no_grad()
     def get_actions(self, obs: dict[str, torch.Tensor], rl2s: torch.Tensor, time_idxs: torch.Tensor,
                     hidden_state: Any = None, sample: bool = True) -> tuple[torch.Tensor, Any]:
-        """Actions of the test-time (last) gamma at the last timestep: (N, 1, A') uint8 index / float."""
+        """Actions of the test-time (last) gamma at the last timestep: (N, 1, A') with A' = 1 uint8 index
+        (discrete), A uint8 0/1 bits (multibinary) or A float32 in [-1, 1] (continuous)."""
         s, hidden_state = self.get_state(obs, rl2s, time_idxs, hidden_state)
-        dist = self.actor(s[:, -1:])
+        dist = self.policy(self.actor, s[:, -1:], obs, slice(-1, None))
         a = dist.sample() if sample else dist.mode()
         a = a[:, :, -1]
+        if self.discrete and self.actor.dist.one_hot_actions:
+            a = a.argmax(-1, keepdim=True)
         a = a.to(torch.uint8) if self.action_kind in ("discrete", "multibinary") else a.float()
         return a, hidden_state
 
-    # --- learning -----------------------------------------------------------------------------------
-    def _policy_actions(self, dist, k: int, reparam: bool) -> torch.Tensor:
-        """(K, B, L, G, A): probability vectors (discrete, K=1) or samples."""
-        if self.discrete:
-            return dist.probs.unsqueeze(0)
-        return dist.rsample((k,)) if reparam and self.actor.dist.has_rsample else dist.sample((k,))
-
-    def _target_q(self, s_next: torch.Tensor, a_next: torch.Tensor) -> torch.Tensor:
-        """Target-critic outputs (B, T, C, G, 1), averaged over the K action samples."""
-        if self.discrete:
-            return NCritics.value_of(self.target_critics(s_next), a_next[0])
-        return self.target_critics(s_next, a_next).mean(0)
-
+    # --- learning helpers (shared with MultiTaskAgent) ------------------------------------------------
     def _buffer_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """(B, T, A) -> (B, T+1, G, A): clamped, last action repeated as a dummy for the final timestep."""
         a = actions.clamp(0.0, 1.0) if self.action_kind != "continuous" else actions.clamp(-1.0, 1.0)
         a = torch.cat([a, a[:, -1:]], dim=1)
         return a.unsqueeze(2).expand(-1, -1, self.num_gammas, -1)
 
+    def _encode(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> states s (B, T+1, D) and the transition mask (B, T, 1) (t is real iff timestep t+1 is)."""
+        mask = padding_mask(batch.rl2s[:, 1:])
+        o = self.tstep_encoder(batch.obs, batch.rl2s)
+        s, _ = self.traj_encoder(o, batch.time_idxs)
+        return s, mask
+
     def _log_prob(self, dist, a_buf: torch.Tensor) -> torch.Tensor:
-        """log pi(buffer action) per (B, L, G) -> (B, L, G, 1)."""
+        """log pi(buffer action) per (B, L, G) -> (B, L, G, 1). Discrete: of the hard one-hot / index."""
         if self.discrete:
-            return dist.log_prob(a_buf.argmax(-1, keepdim=True)).unsqueeze(-1)
+            idx = a_buf.argmax(-1, keepdim=True)
+            if self.actor.dist.one_hot_actions:
+                return dist.log_prob(F.one_hot(idx.squeeze(-1), a_buf.shape[-1]).to(a_buf.dtype)).unsqueeze(-1)
+            return dist.log_prob(idx).unsqueeze(-1)
         lp = dist.log_prob(a_buf)
         lp = lp.mean(-1) if self.action_kind == "multibinary" else lp.sum(-1)
         return lp.unsqueeze(-1)
 
+    def _redq(self, q_next: torch.Tensor) -> torch.Tensor:
+        """(B, T, C, G, 1) -> (B, T, G, 1): per (b, t, g), `num_critics_td` members drawn with replacement,
+        reduced by min (with the online term) or mean (without it: min alone underestimates badly)."""
+        B, T, C, G, _ = q_next.shape
+        pick = torch.randint(C, (B, T, self.num_critics_td, G, 1), device=q_next.device)
+        q_sub = q_next.gather(2, pick)
+        return q_sub.min(2).values if self.online_coeff > 0 else q_sub.mean(2)
+
+    def _td_targets(self, batch: Batch, q_next: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q_next (B, T, G, 1) -> n-step targets y (B, T, G, 1) in the scaled return space."""
+        r = self.reward_multiplier * batch.rews
+        y = nstep_targets(r, batch.dones, q_next[..., 0], self.gammas, mask, self.n_step)
+        return y.unsqueeze(-1)
+
+    def _filter_weights(self, adv: torch.Tensor) -> torch.Tensor:
+        if self.fake_filter:
+            return torch.ones_like(adv)
+        return self.fbc_filter(adv)
+
+    def _discrete_q_table(self, critics: nn.Module, s: torch.Tensor) -> torch.Tensor:
+        """Q(s, .) (B, L, C, G, n) of a discrete action space (state-only critics give it directly;
+        action-conditioned critics are evaluated on all n one-hot actions)."""
+        if not getattr(critics, "takes_actions", False):
+            return critics(s)
+        B, L, _ = s.shape
+        n, G = self.action_dim, self.num_gammas
+        eye = torch.eye(n, device=s.device, dtype=s.dtype)
+        q = critics(s, eye.view(n, 1, 1, 1, n).expand(n, B, L, G, n))  # (n, B, L, C, G, 1)
+        return q[..., 0].permute(1, 2, 3, 4, 0)
+
+    # --- learning -----------------------------------------------------------------------------------
     def forward(self, batch: Batch, log_step: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         B, T = batch.rews.shape[:2]
-        G, C = self.num_gammas, self.num_critics
-        mask = padding_mask(batch.rl2s[:, 1:])  # (B, T, 1): transition t is real iff timestep t+1 is
-        o = self.tstep_encoder(batch.obs, batch.rl2s)
-        s, _ = self.traj_encoder(o, batch.time_idxs)  # (B, T+1, D)
+        G = self.num_gammas
+        s, mask = self._encode(batch)  # (B, T+1, D), (B, T, 1)
         a_buf = self._buffer_actions(batch.actions)
         a_crit = self.actor.dist.action_from_buffer(a_buf)
-        dist = self.actor(s)
-        a_pi = self._policy_actions(dist, self.k_actor, reparam=True)
-        metrics: dict[str, torch.Tensor] = {}
+        dist = self.policy(self.actor, s, batch.obs)
         actor_loss = torch.zeros(B, T, G, 1, device=s.device)
         critic_loss = torch.zeros((), device=s.device)
         mask_g = mask.unsqueeze(2)  # (B, T, 1, 1) broadcasts over G
+        q_data = q_pi = y = weights = logp = None
 
         if self.needs_critic:
             # Q of the policy's actions uses frozen critic parameters and a detached state, so the actor
             # terms move only the actor (and, through it, the encoders); Q of the data trains everything.
             if self.discrete:
-                q_all = self.critics(s)  # Q(s, .) (B, T+1, C, G, n), one pass serves both terms
-                q_data = NCritics.value_of(q_all[:, :-1], a_crit[:, :-1])
-                q_pi = NCritics.value_of(q_all.detach(), a_pi[0])
+                q_all = self._discrete_q_table(self.critics, s)  # Q(s, .): one pass serves both terms
+                q_data = NCritics.value_of(q_all[:, :-1], a_crit[:, :-1])  # (B, T, C, G, 1)
+                q_pi = NCritics.value_of(q_all.detach(), dist.probs)  # exact V(s) under pi, grad -> actor
             else:
                 q_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, 1)
-                q_pi = self.critics(s.detach(), a_pi, detach_params=True).mean(0)  # (B, T+1, C, G, 1)
+                with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
+                    a_pi = dist.rsample((self.k_actor,)) if self.online_coeff > 0 else dist.sample((self.k_actor,))
+                    q_pi = self.critics(s.detach(), a_pi, detach_params=True).mean(0)  # (B, T+1, C, G, 1)
             with torch.no_grad():
                 s_next = s[:, 1:].detach()
-                next_dist = self.target_actor(s_next) if self.use_target_actor else self.actor(s_next)
-                a_next = self._policy_actions(next_dist, self.k_critic, reparam=False)
-                q_next = self.popart.denormalize(self._target_q(s_next, a_next))  # (B, T, C, G, 1)
-                pick = torch.randint(C, (B, T, self.num_critics_td, G, 1), device=s.device)
-                q_sub = q_next.gather(2, pick)
-                q_next = q_sub.min(2).values if self.online_coeff > 0 else q_sub.mean(2)  # (B, T, G, 1)
-                r = self.reward_multiplier * batch.rews
-                y = nstep_targets(r, batch.dones, q_next[..., 0], self.gammas, mask, self.n_step)  # (B, T, G)
-                y = y.unsqueeze(-1)  # (B, T, G, 1)
+                actor_next = self.target_actor if self.use_target_actor else self.actor
+                next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
+                if self.discrete:
+                    q_next = NCritics.value_of(self._discrete_q_table(self.target_critics, s_next), next_dist.probs)
+                else:
+                    a_next = next_dist.sample((self.k_critic,))
+                    q_next = self.target_critics(s_next, a_next).mean(0)
+                q_next = self._redq(self.popart.denormalize(q_next))  # (B, T, G, 1), current PopArt stats
+                y = self._td_targets(batch, q_next, mask)
                 self.popart.update_stats(y, mask_g)
                 y_norm = self.popart.normalize_values(y)
             td = self.popart(q_data) - y_norm.unsqueeze(2)  # (B, T, C, G, 1)
@@ -213,27 +307,23 @@ class Agent(nn.Module):
                 actor_loss = actor_loss - self.online_coeff * self.popart(q_pi[:, :-1].min(2).values)
 
         if self.offline_coeff > 0:
-            if self.fake_filter:
-                weights = torch.ones(B, T, G, 1, device=s.device)
-            else:
-                with torch.no_grad():
-                    adv = q_data.mean(2) - q_pi[:, :-1].mean(2)  # raw critic-output space
-                    weights = self.fbc_filter(adv)
+            with torch.no_grad():
+                adv = (q_data.mean(2) - q_pi[:, :-1].mean(2)) if q_data is not None else torch.zeros_like(actor_loss)
+                weights = self._filter_weights(adv)  # raw critic-output space
             logp = self._log_prob(dist, a_buf)[:, :-1]
             actor_loss = actor_loss - self.offline_coeff * weights * logp
 
         actor_loss_mean = masked_mean(actor_loss, mask_g)
         loss = actor_loss_mean + self.critic_loss_weight * critic_loss
+        metrics: dict[str, torch.Tensor] = {}
         if log_step:
-            metrics = self._metrics(
-                batch=batch, mask=mask, s=s, dist=dist, actor_loss=actor_loss_mean, critic_loss=critic_loss,
-                q_data=q_data if self.needs_critic else None, y=y if self.needs_critic else None,
-                weights=weights if self.offline_coeff > 0 else None, logp=logp if self.offline_coeff > 0 else None,
-            )
+            q_raw = self.popart.denormalize(q_data) if q_data is not None else None
+            metrics = self._metrics(batch=batch, mask=mask, s=s, dist=dist, actor_loss=actor_loss_mean,
+                                    critic_loss=critic_loss, q_raw=q_raw, y=y, weights=weights, logp=logp)
         return loss, metrics
 
     @torch.no_grad()
-    def _metrics(self, batch, mask, s, dist, actor_loss, critic_loss, q_data, y, weights, logp):
+    def _metrics(self, batch, mask, s, dist, actor_loss, critic_loss, q_raw, y, weights, logp):
         B, T = batch.rews.shape[:2]
         mask_g = mask.unsqueeze(2)
         m: dict[str, torch.Tensor] = {
@@ -244,24 +334,26 @@ class Agent(nn.Module):
             "Unmasked Batch Size (Timesteps)": torch.tensor(float(B * T)),
             "Mean Reward (in batch)": masked_mean(batch.rews, mask),
             "Sequences Containing Done": (batch.dones & mask.bool()).any(1).float().mean(),
+            "Policy Entropy (test gamma)": masked_mean(dist.entropy()[:, :-1, -1:], mask),
         }
         if self.discrete:
             probs = dist.probs[:, :-1, -1]
-            m["Policy Entropy (test gamma)"] = masked_mean(dist.entropy()[:, :-1, -1:], mask)
             m["Policy Max Prob (test gamma)"] = masked_mean(probs.max(-1, keepdim=True).values, mask)
-        if self.needs_critic:
-            raw = self.popart.denormalize(q_data)
+            m["Policy Min Prob (test gamma)"] = masked_mean(probs.min(-1, keepdim=True).values, mask)
+        if q_raw is not None:
             for gi, g in enumerate(self.gammas.tolist()):
-                m[f"Q(s,a) (raw scale, gamma={g:g})"] = masked_mean(raw[:, :, :, gi], mask.unsqueeze(2))
-            m["Q Ensemble Std (test gamma)"] = masked_mean(raw[:, :, :, -1].std(2), mask)
+                m[f"Q(s,a) (raw scale, gamma={g:g})"] = masked_mean(q_raw[:, :, :, gi], mask.unsqueeze(2))
+            m["Q Ensemble Std (test gamma)"] = masked_mean(q_raw[:, :, :, -1].std(2), mask)
+        if y is not None:
             m["TD Target Mean (test gamma)"] = masked_mean(y[:, :, -1], mask)
             m["TD Target Min"] = y.masked_fill(~mask_g.bool(), float("inf")).min()
             m["TD Target Max"] = y.masked_fill(~mask_g.bool(), float("-inf")).max()
             m["PopArt mu (test gamma)"] = self.popart.mu[-1, 0]
+            m["PopArt nu (test gamma)"] = self.popart.nu[-1, 0]
             m["PopArt sigma (test gamma)"] = self.popart.sigma[-1, 0]
             m["PopArt w (test gamma)"] = self.popart.w[-1, 0]
             m["PopArt b (test gamma)"] = self.popart.b[-1, 0]
-        if self.offline_coeff > 0:
+        if weights is not None:
             m["Filter Weight Mean"] = masked_mean(weights, mask_g)
             m["Filter Approves % (test gamma)"] = 100 * masked_mean((weights[:, :, -1] > 0).float(), mask)
             m["Log Prob of Buffer Actions"] = masked_mean(logp, mask_g)

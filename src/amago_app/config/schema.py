@@ -287,7 +287,8 @@ class ExpFilterConfig:
 
 @dataclass
 class LeakyReluFilterConfig:
-    """agent/fbc_filter_func=leaky_relu: w = clip(target_f0 + neg_slope*tau/beta + leaky_relu((A-tau)/beta)) + 1[A>0]."""
+    """agent/fbc_filter_func=leaky_relu:
+    w = clip(target_f0 + neg_slope*tau/beta + leaky_relu((A - tau)/beta, neg_slope)) + add_binary * 1[A > 0]."""
 
     _target_: str = f"{_P}.agents.filters.leaky_relu_filter"
     _partial_: bool = True
@@ -394,8 +395,14 @@ class BilevelEpsilonGreedyConfig:
 
 
 # --- buffer -----------------------------------------------------------------------------------------------
+BUFFER_KINDS = ("disk", "mixture", "none")
+
+
 @dataclass
 class BufferConfig:
+    kind: str = "disk"
+    """disk: the run's replay buffer | mixture: weighted mixture of datasets (buffer=mixture) | none: no data
+    (nothing saved, never trains; evaluation-only runs)."""
     root: Optional[str] = None
     """Buffer root; null = the run directory's parent (the buffer then lives in `{run_dir}/buffer`)."""
     name: Optional[str] = None
@@ -422,6 +429,20 @@ class BufferConfig:
     """Batches prepared ahead by the loader thread (0 = load in the training thread)."""
 
 
+@dataclass
+class MixtureBufferConfig(BufferConfig):
+    """buffer=mixture: sample each trajectory from one of several datasets (amago_app.data.mixture)."""
+
+    kind: str = "mixture"
+    datasets: Any = field(default_factory=dict)
+    """name -> {dataset, weight, initial_weight}. `dataset: own` is this run's disk buffer (root, name, max_size,
+    min_size, relabeler above; it receives the rollouts); otherwise an RLDataset config with a _target_, e.g. a
+    read-only DiskBuffer. `weight`: final sampling weight (all sum to 1); `initial_weight`: start of the fade-in
+    (null = the final weight if ready at start, else 0)."""
+    smooth_sudden_starts: Optional[int] = None
+    """Epochs over which a dataset's weight moves from initial to final once it is ready (null = at once)."""
+
+
 # --- trainer ----------------------------------------------------------------------------------------------
 @dataclass
 class TrainerConfig:
@@ -438,6 +459,12 @@ class TrainerConfig:
     always_save_latest: bool = True
     always_load_latest: bool = False
     """Reload ckpts/latest/policy.pt every epoch (collect-only processes)."""
+    mode: str = "both"
+    """both (collect and learn) | collect (actors only: reload the learner's latest weights each epoch, never
+    trim) | learn (updates only: no env steps, owns FIFO trimming). Run one learner and any number of collectors
+    on the same buffer.root/buffer.name."""
+    policy_from: Optional[str] = None
+    """mode=collect: the learner's run directory whose ckpts/latest/policy.pt is reloaded (null = this run's)."""
     start_learning_at_epoch: int = 0
     start_collecting_at_epoch: int = 0
     """Use a large value for pure offline training from protected files."""
@@ -501,10 +528,11 @@ SCHEMAS: dict[str, dict[str, type]] = {
                      "transformer": TransformerTrajEncoderConfig, "mamba": MambaTrajEncoderConfig},
     "agent": {"agent": AgentConfig, "multitask": MultiTaskAgentConfig},
     "agent/actor": {"mlp": ActorConfig, "residual": ResidualActorConfig},
-    "agent/fbc_filter_func": {"binary": BinaryFilterConfig, "exp": ExpFilterConfig, "leaky_relu": LeakyReluFilterConfig},
+    "agent/fbc_filter_func": {"binary": BinaryFilterConfig, "exp": ExpFilterConfig,
+                              "leaky_relu": LeakyReluFilterConfig},
     "exploration": {"none": NoExplorationConfig, "egreedy": EpsilonGreedyConfig,
                     "corridor": CorridorEpsilonGreedyConfig, "bilevel": BilevelEpsilonGreedyConfig},
-    "buffer": {"buffer": BufferConfig},
+    "buffer": {"buffer": BufferConfig, "mixture": MixtureBufferConfig},
     "trainer": {"trainer": TrainerConfig},
     "logger": {"logger": LoggerConfig},
 }

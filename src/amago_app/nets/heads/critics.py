@@ -1,21 +1,33 @@
 """Critic ensembles: C independent MLPs evaluated as one batched matmul per layer.
 
-Continuous critics see [state, gamma feature, action] for every (action sample k, gamma g). Their first
-layer is split by input block, W1 [s; g; a] = W_s s + W_g g + W_a a, so the state part (the widest input)
-is multiplied once instead of K*G times; the result is identical to concatenating the inputs.
-Discrete critics see the state only and output Q(s, .) for every gamma; the value of an action vector is
-its dot product with Q(s, .), so feeding the policy's probability vector gives V(s) exactly.
+Action-conditioned critics see [state, gamma feature, action] for every (action sample k, gamma g). Their
+first layer is split by input block, W1 [s; g; a] = W_s s + W_g g + W_a a, so the state part (the widest
+input) is multiplied once instead of K*G times; the result is identical to concatenating the inputs.
+
+* `NCritics` (the Agent's critic): scalar outputs. For discrete actions it sees the state only and outputs
+  Q(s, .) for every gamma; the value of an action vector is its dot product with Q(s, .), so feeding the
+  policy's probability vector gives V(s) exactly. Continuous and multibinary actions are inputs.
+* `NCriticsTwoHot` (the MultiTaskAgent's critic): always action-conditioned (discrete actions as one-hot
+  vectors); outputs logits over `output_bins` return bins, trained by cross-entropy against two-hot or
+  HL-Gauss labels of the TD target, so the loss does not depend on the return scale.
+
+Critic interface (custom critics: `agent.critic._target_=my_pkg.MyCritic`): constructed with
+`(state_dim, action_dim, discrete, gammas, num_critics)`; `forward(state (B, L, D), actions (K, B, L, G, A) or
+None, detach_params=False)`; `takes_actions` / `distributional` class attributes tell the agents which
+protocol it follows (see the two classes below).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from amago_app.nets.common import activation as make_activation
-from amago_app.nets.common import symlog
+from amago_app.nets.common import symexp, symlog
 
 
 class EnsembleLinear(nn.Module):
@@ -37,8 +49,67 @@ def gamma_features(gammas: torch.Tensor) -> torch.Tensor:
     return symlog(1.0 / (1.0 - gammas).clamp(1e-6, 1.0)).unsqueeze(-1)
 
 
-class NCritics(nn.Module):
-    """An ensemble of `num_critics` Q-functions, each with an output per discount factor."""
+class _CriticEnsemble(nn.Module):
+    """Shared machinery: split first layer (state | gamma | action), hidden EnsembleLinears, output layer."""
+
+    takes_actions = True
+    distributional = False
+
+    def _build(self, state_dim: int, action_dim: int, gammas: torch.Tensor, num_critics: int, d_out: int,
+               d_hidden: int, n_layers: int, dropout_p: float, activation: str) -> None:
+        if n_layers < 1:
+            raise ValueError(f"critic n_layers must be >= 1, got {n_layers}")
+        if num_critics < 1:
+            raise ValueError(f"num_critics must be >= 1, got {num_critics}")
+        self.num_critics, self.action_dim = num_critics, action_dim
+        self.num_gammas = len(gammas)
+        self.register_buffer("gamma_feats", gamma_features(torch.as_tensor(gammas).float()), persistent=False)
+        c, h = num_critics, d_hidden
+        bound = 1.0 / math.sqrt(state_dim + (1 + action_dim if self.takes_actions else 0))
+        self.w_state = nn.Parameter(torch.empty(c, state_dim, h).uniform_(-bound, bound))
+        self.b_first = nn.Parameter(torch.empty(c, 1, h).uniform_(-bound, bound))
+        if self.takes_actions:
+            self.w_gamma = nn.Parameter(torch.empty(c, 1, h).uniform_(-bound, bound))
+            self.w_action = nn.Parameter(torch.empty(c, action_dim, h).uniform_(-bound, bound))
+        self.hidden = nn.ModuleList(EnsembleLinear(c, h, h) for _ in range(n_layers - 1))
+        self.out = EnsembleLinear(c, h, d_out)
+        self.act = make_activation(activation)
+        self.drop = nn.Dropout(dropout_p)
+
+    @staticmethod
+    def _p(p: torch.Tensor, detach: bool) -> torch.Tensor:
+        return p.detach() if detach else p
+
+    def _trunk(self, h: torch.Tensor, detach_params: bool) -> torch.Tensor:
+        """h (C, N, d_hidden) after the first layer's pre-activation -> (C, N, d_out)."""
+        h = self.drop(self.act(h))
+        for layer in self.hidden:
+            h = self.drop(self.act(layer(h, detach_params)))
+        return self.out(h, detach_params)
+
+    def _state_part(self, state: torch.Tensor, detach_params: bool) -> torch.Tensor:
+        b, l, d = state.shape
+        s = torch.einsum("nd,cdh->cnh", state.reshape(b * l, d), self._p(self.w_state, detach_params))
+        return s + self._p(self.b_first, detach_params)  # (C, B*L, H)
+
+    def _action_forward(self, state: torch.Tensor, actions: torch.Tensor, detach_params: bool) -> torch.Tensor:
+        """state (B, L, D), actions (K, B, L, G, A) -> (K, B, L, C, G, d_out)."""
+        b, l, _ = state.shape
+        c = self.num_critics
+        if actions.ndim != 5 or actions.shape[1:3] != (b, l) or actions.shape[3] != self.num_gammas:
+            raise ValueError(f"actions must be (K, {b}, {l}, {self.num_gammas}, A), got {tuple(actions.shape)}")
+        k, g = actions.shape[0], actions.shape[3]
+        s = self._state_part(state, detach_params)
+        a = actions.clamp(-0.999, 0.999).to(state.dtype)
+        a_part = torch.einsum("kblga,cah->ckblgh", a, self._p(self.w_action, detach_params))
+        g_part = self.gamma_feats.to(state.dtype) @ self._p(self.w_gamma, detach_params)  # (C, G, H)
+        h = a_part + s.view(c, 1, b, l, 1, -1) + g_part.view(c, 1, 1, 1, g, -1)
+        out = self._trunk(h.reshape(c, k * b * l * g, -1), detach_params)  # (C, K*B*L*G, d_out)
+        return out.view(c, k, b, l, g, -1).permute(1, 2, 3, 0, 4, 5)
+
+
+class NCritics(_CriticEnsemble):
+    """An ensemble of `num_critics` scalar Q-functions, each with an output per discount factor."""
 
     def __init__(
         self,
@@ -53,56 +124,145 @@ class NCritics(nn.Module):
         activation: str = "leaky_relu",
     ):
         super().__init__()
-        if n_layers < 1:
-            raise ValueError(f"critic n_layers must be >= 1, got {n_layers}")
         self.discrete = discrete
-        self.num_critics, self.action_dim = num_critics, action_dim
-        self.num_gammas = len(gammas)
-        self.register_buffer("gamma_feats", gamma_features(gammas.float()), persistent=False)
-        c, h = num_critics, d_hidden
-        bound = 1.0 / math.sqrt(state_dim + (0 if discrete else 1 + action_dim))
-        # first layer, split by input block (state | gamma feature | action)
-        self.w_state = nn.Parameter(torch.empty(c, state_dim, h).uniform_(-bound, bound))
-        self.b_first = nn.Parameter(torch.empty(c, 1, h).uniform_(-bound, bound))
-        if not discrete:
-            self.w_gamma = nn.Parameter(torch.empty(c, 1, h).uniform_(-bound, bound))
-            self.w_action = nn.Parameter(torch.empty(c, action_dim, h).uniform_(-bound, bound))
-        self.hidden = nn.ModuleList(EnsembleLinear(c, h, h) for _ in range(n_layers - 1))
-        d_out = self.num_gammas * action_dim if discrete else 1
-        self.out = EnsembleLinear(c, h, d_out)
-        self.act = make_activation(activation)
-        self.drop = nn.Dropout(dropout_p)
-
-    def _p(self, p: torch.Tensor, detach: bool) -> torch.Tensor:
-        return p.detach() if detach else p
-
-    def _trunk(self, h: torch.Tensor, detach_params: bool) -> torch.Tensor:
-        """h (C, N, d_hidden) after the first layer's pre-activation -> (C, N, d_out)."""
-        h = self.drop(self.act(h))
-        for layer in self.hidden:
-            h = self.drop(self.act(layer(h, detach_params)))
-        return self.out(h, detach_params)
+        self.takes_actions = not discrete
+        d_out = len(gammas) * action_dim if discrete else 1
+        self._build(state_dim, action_dim, gammas, num_critics, d_out, d_hidden, n_layers, dropout_p, activation)
 
     def forward(self, state: torch.Tensor, actions: torch.Tensor | None = None,
                 detach_params: bool = False) -> torch.Tensor:
         """Discrete: state (B, L, D) -> Q(s, .) (B, L, C, G, n).
-        Continuous: state (B, L, D), actions (K, B, L, G, A) -> Q (K, B, L, C, G, 1)."""
-        b, l, d = state.shape
-        c = self.num_critics
-        s = torch.einsum("nd,cdh->cnh", state.reshape(b * l, d), self._p(self.w_state, detach_params))
-        s = s + self._p(self.b_first, detach_params)  # (C, B*L, H)
+        Otherwise: state (B, L, D), actions (K, B, L, G, A) -> Q (K, B, L, C, G, 1)."""
         if self.discrete:
-            q = self._trunk(s, detach_params)  # (C, B*L, G*n)
-            return q.view(c, b, l, self.num_gammas, self.action_dim).permute(1, 2, 0, 3, 4)
-        k, g = actions.shape[0], actions.shape[3]
-        a = actions.clamp(-0.999, 0.999).to(state.dtype)
-        a_part = torch.einsum("kblga,cah->ckblgh", a, self._p(self.w_action, detach_params))
-        g_part = (self.gamma_feats.to(state.dtype) @ self._p(self.w_gamma, detach_params))  # (C, G, H)
-        h = a_part + s.view(c, 1, b, l, 1, -1) + g_part.view(c, 1, 1, 1, g, -1)
-        q = self._trunk(h.reshape(c, k * b * l * g, -1), detach_params)  # (C, K*B*L*G, 1)
-        return q.view(c, k, b, l, g, 1).permute(1, 2, 3, 0, 4, 5)
+            b, l, _ = state.shape
+            q = self._trunk(self._state_part(state, detach_params), detach_params)  # (C, B*L, G*n)
+            return q.view(self.num_critics, b, l, self.num_gammas, self.action_dim).permute(1, 2, 0, 3, 4)
+        return self._action_forward(state, actions, detach_params)
 
     @staticmethod
     def value_of(q_all: torch.Tensor, action_vec: torch.Tensor) -> torch.Tensor:
         """Discrete: Q(s, .) (B, L, C, G, n) . action vectors (B, L, G, n) -> (B, L, C, G, 1)."""
         return (q_all * action_vec.unsqueeze(2)).sum(-1, keepdim=True)
+
+
+# --- distributional (two-hot / HL-Gauss) helpers -----------------------------------------------------------
+def twohot_labels(z: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
+    """Two-hot encoding of transformed values z (...) on uniformly spaced `centers` (bins,) -> (..., bins).
+    The mass is split between the two neighbouring centres inversely to distance, so sum p_i c_i = z exactly
+    inside the range; values outside it go to the edge bin."""
+    bins = centers.numel()
+    width = (centers[-1] - centers[0]) / (bins - 1)
+    pos = ((z - centers[0]) / width).clamp(0.0, bins - 1.0)
+    lower = pos.floor().clamp(max=bins - 2)
+    frac = pos - lower
+    lower = lower.long()
+    out = torch.zeros(*z.shape, bins, dtype=z.dtype, device=z.device)
+    out.scatter_(-1, lower.unsqueeze(-1), (1.0 - frac).unsqueeze(-1))
+    out.scatter_add_(-1, (lower + 1).unsqueeze(-1), frac.unsqueeze(-1))
+    return out
+
+
+def hlgauss_labels(z: torch.Tensor, centers: torch.Tensor, sigma: float) -> torch.Tensor:
+    """HL-Gauss labels: a Normal(z, sigma * bin_width) integrated over each bin (edges halfway between
+    centres), renormalized. z is clamped into the centre range first (out-of-range targets hit the edge)."""
+    bins = centers.numel()
+    width = (centers[-1] - centers[0]) / (bins - 1)
+    edges = torch.cat([centers - width / 2, centers[-1:] + width / 2])  # (bins + 1,)
+    z = z.clamp(centers[0], centers[-1]).unsqueeze(-1)
+    cdf = torch.special.ndtr((edges - z) / (sigma * width))  # (..., bins + 1)
+    mass = cdf[..., 1:] - cdf[..., :-1]
+    return mass / mass.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+def bins_to_value(probs: torch.Tensor, centers: torch.Tensor, use_symlog: bool) -> torch.Tensor:
+    """Expected value of bin probabilities (..., bins) -> (..., 1), mapped back from the transformed space."""
+    z = (probs * centers).sum(-1, keepdim=True)
+    return symexp(z) if use_symlog else z
+
+
+class NCriticsTwoHot(_CriticEnsemble):
+    """Ensemble of distributional critics over `output_bins` return bins, per discount factor.
+
+    Inputs are always [state, gamma feature, action] (discrete actions as one-hot vectors; `discrete` is
+    accepted for interface compatibility only). Bin centres are `linspace(f(min_return), f(max_return), bins)`
+    with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
+    `reward_multiplier`). `init_value` starts every critic's prediction near that value.
+    """
+
+    distributional = True
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        discrete: bool,
+        gammas: torch.Tensor,
+        num_critics: int = 4,
+        d_hidden: int = 256,
+        n_layers: int = 2,
+        dropout_p: float = 0.0,
+        activation: str = "leaky_relu",
+        min_return: float | None = None,
+        max_return: float | None = None,
+        output_bins: int = 128,
+        use_symlog: bool = True,
+        label_type: str = "twohot",
+        sigma: float = 0.75,
+        init_value: float | None = None,
+    ):
+        super().__init__()
+        if min_return is None:
+            warnings.warn("NCriticsTwoHot: min_return not set, using -100_000 (set agent.critic.min_return to the "
+                          "lowest scaled return for finer bins)", stacklevel=2)
+            min_return = -100_000.0
+        if max_return is None:
+            warnings.warn("NCriticsTwoHot: max_return not set, using 100_000 (set agent.critic.max_return to the "
+                          "highest scaled return for finer bins)", stacklevel=2)
+            max_return = 100_000.0
+        if not min_return < max_return:
+            raise ValueError(f"need min_return < max_return, got {min_return}, {max_return}")
+        if output_bins < 2:
+            raise ValueError(f"output_bins must be >= 2, got {output_bins}")
+        if label_type not in ("twohot", "hlgauss"):
+            raise ValueError(f"label_type must be 'twohot' or 'hlgauss', got {label_type!r}")
+        if sigma <= 0:
+            raise ValueError(f"sigma must be > 0, got {sigma}")
+        self.discrete = discrete
+        self.min_return, self.max_return = float(min_return), float(max_return)
+        self.output_bins, self.use_symlog = output_bins, use_symlog
+        self.label_type, self.sigma = label_type, sigma
+        lo, hi = (symlog(torch.tensor([self.min_return, self.max_return])) if use_symlog
+                  else torch.tensor([self.min_return, self.max_return]))
+        self.register_buffer("bin_centers", torch.linspace(float(lo), float(hi), output_bins), persistent=False)
+        self._build(state_dim, action_dim, gammas, num_critics, output_bins, d_hidden, n_layers, dropout_p, activation)
+        if init_value is not None:
+            self.set_init_value(init_value)
+
+    @property
+    def bin_width(self) -> float:
+        return float(self.bin_centers[1] - self.bin_centers[0])
+
+    def transform(self, y: torch.Tensor) -> torch.Tensor:
+        return symlog(y) if self.use_symlog else y
+
+    @torch.no_grad()
+    def set_init_value(self, value: float) -> None:
+        """Output bias = log of a Gaussian profile (std 4 bins) centred at f(value)."""
+        z0 = self.transform(torch.tensor(float(value)))
+        profile = -0.5 * ((self.bin_centers - z0) / (4.0 * self.bin_width)).square()
+        self.out.bias.copy_(profile.to(self.out.bias).expand_as(self.out.bias))
+
+    def forward(self, state: torch.Tensor, actions: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """state (B, L, D), actions (K, B, L, G, A) -> logits (K, B, L, C, G, bins)."""
+        return self._action_forward(state, actions, detach_params)
+
+    def to_value(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits (..., bins) -> expected value in return space (..., 1)."""
+        return bins_to_value(F.softmax(logits.float(), dim=-1), self.bin_centers, self.use_symlog)
+
+    def labels(self, y: torch.Tensor) -> torch.Tensor:
+        """Targets y (...) in return space -> label distributions (..., bins)."""
+        z = self.transform(y.float())
+        if self.label_type == "twohot":
+            return twohot_labels(z, self.bin_centers)
+        return hlgauss_labels(z, self.bin_centers, self.sigma)

@@ -1,0 +1,158 @@
+"""AMAGO-2's MultiTaskAgent: losses that do not depend on the scale of returns (spec 04 §5).
+
+Differences from `Agent`:
+
+* critics are distributional (`NCriticsTwoHot`): logits over return bins for [state, gamma, action], trained
+  by cross-entropy against two-hot / HL-Gauss labels of the n-step target y (raw scale, the same labels for
+  every ensemble member); PopArt statistics are tracked for logging and the optional online term only;
+* discrete policies are `DiscreteLikeContinuous` (one-hot samples, straight-through Gumbel `rsample`), so
+  every value is estimated from action samples: the target with K_c samples of pi' on s[:, 1:], the BC
+  baseline V(s) with K_a samples of pi (K_a = 3 by default);
+* the actor is trained mainly by filtered BC (offline_coeff = 1, online_coeff = 0): weights f(A) with
+  A = mean_C Q(s, a_data) - mean_{K_a, C} Q(s, a ~ pi), and log pi of the *hard* buffer action;
+* optional online term: K_a `rsample`s through frozen-parameter critics on the detached state, scalar value,
+  mean over K, min over C, PopArt-normalized, times -online_coeff.
+
+Masks, `critic_loss_weight`, target updates and acting are those of `Agent`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import gymnasium as gym
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from amago_app.agents.agent import MULTIGAMMAS, Agent, masked_mean
+from amago_app.data.loader import Batch
+from amago_app.nets.heads.critics import NCriticsTwoHot
+from amago_app.nets.heads.distributions import Discrete, DiscreteLikeContinuous
+
+
+class MultiTaskAgent(Agent):
+    default_critic = NCriticsTwoHot
+
+    def __init__(
+        self,
+        obs_space: gym.spaces.Dict,
+        rl2_dim: int,
+        action_space: gym.spaces.Space,
+        max_seq_len: int,
+        tstep_encoder: Callable[..., nn.Module],
+        traj_encoder: Callable[..., nn.Module],
+        actor: Callable[..., nn.Module] | None = None,
+        critic: Callable[..., nn.Module] | None = None,
+        num_critics: int = 4,
+        num_critics_td: int = 2,
+        online_coeff: float = 0.0,
+        offline_coeff: float = 1.0,
+        critic_loss_weight: float = 10.0,
+        gamma: float = 0.999,
+        multigammas: tuple[float, ...] | list[float] | None = MULTIGAMMAS,
+        use_multigamma: bool = True,
+        reward_multiplier: float = 10.0,
+        tau: float = 0.003,
+        fake_filter: bool = False,
+        num_actions_for_value_in_critic_loss: int = 1,
+        num_actions_for_value_in_actor_loss: int = 3,
+        fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        popart: bool = True,
+        use_target_actor: bool = True,
+        n_step: int = 1,
+        pass_obs_keys_to_actor: list[str] | tuple[str, ...] | None = None,
+    ):
+        super().__init__(
+            obs_space=obs_space, rl2_dim=rl2_dim, action_space=action_space, max_seq_len=max_seq_len,
+            tstep_encoder=tstep_encoder, traj_encoder=traj_encoder, actor=actor, critic=critic,
+            num_critics=num_critics, num_critics_td=num_critics_td, online_coeff=online_coeff,
+            offline_coeff=offline_coeff, critic_loss_weight=critic_loss_weight, gamma=gamma,
+            multigammas=multigammas, use_multigamma=use_multigamma, reward_multiplier=reward_multiplier, tau=tau,
+            fake_filter=fake_filter, num_actions_for_value_in_critic_loss=num_actions_for_value_in_critic_loss,
+            num_actions_for_value_in_actor_loss=num_actions_for_value_in_actor_loss,
+            fbc_filter_func=fbc_filter_func, popart=popart, use_target_actor=use_target_actor, n_step=n_step,
+            pass_obs_keys_to_actor=pass_obs_keys_to_actor,
+        )
+
+    # --- construction hooks -------------------------------------------------------------------------
+    def _prepare_actor(self, actor: nn.Module) -> None:
+        """Discrete policies must produce one-hot samples: a plain `Discrete` is swapped for
+        `DiscreteLikeContinuous` with the same buffer-softening clip values."""
+        if not self.discrete or actor.dist.one_hot_actions:
+            return
+        if isinstance(actor.dist, Discrete):
+            actor.dist = DiscreteLikeContinuous(actor.dist.clip_prob_low, actor.dist.clip_prob_high)
+        else:
+            raise ValueError(f"the MultiTaskAgent needs a one-hot discrete policy (DiscreteLikeContinuous), "
+                             f"got {type(actor.dist).__name__}")
+
+    def _check_critic(self, critics: nn.Module) -> None:
+        if not (getattr(critics, "distributional", False) and getattr(critics, "takes_actions", False)):
+            raise ValueError(f"the MultiTaskAgent needs an action-conditioned distributional critic with "
+                             f"`to_value` and `labels` (NCriticsTwoHot), got {type(critics).__name__}")
+
+    def _policy_is_differentiable(self) -> bool:
+        return self.actor.dist.has_rsample
+
+    def _num_action_samples(self, k_critic: int, k_actor: int) -> tuple[int, int]:
+        return k_critic, k_actor  # values are always sample estimates, discrete included
+
+    # --- learning -----------------------------------------------------------------------------------
+    def forward(self, batch: Batch, log_step: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        B, T = batch.rews.shape[:2]
+        G = self.num_gammas
+        s, mask = self._encode(batch)  # (B, T+1, D), (B, T, 1)
+        a_buf = self._buffer_actions(batch.actions)  # hard one-hots / bits / [-1, 1]
+        a_crit = self.actor.dist.action_from_buffer(a_buf)  # softened one-hots for discrete
+        dist = self.policy(self.actor, s, batch.obs)
+        actor_loss = torch.zeros(B, T, G, 1, device=s.device)
+        critic_loss = torch.zeros((), device=s.device)
+        mask_g = mask.unsqueeze(2)
+        q_data = y = weights = logp = logits_data = None
+
+        if self.needs_critic:
+            logits_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, bins)
+            with torch.no_grad():
+                q_data = self.critics.to_value(logits_data)  # (B, T, C, G, 1) raw scale
+                s_next = s[:, 1:].detach()
+                actor_next = self.target_actor if self.use_target_actor else self.actor
+                next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
+                a_next = next_dist.sample((self.k_critic,))  # (K_c, B, T, G, A), one-hots for discrete
+                q_next = self.target_critics.to_value(self.target_critics(s_next, a_next)).mean(0)
+                y = self._td_targets(batch, self._redq(q_next), mask)  # (B, T, G, 1)
+                self.popart.update_stats(y, mask_g)
+                labels = self.critics.labels(y[..., 0])  # (B, T, G, bins), identical for all critics
+            ce = -(labels.unsqueeze(2) * F.log_softmax(logits_data.float(), dim=-1)).sum(-1, keepdim=True)
+            critic_loss = masked_mean(ce, mask_g.unsqueeze(2))  # (B, T, C, G, 1) -> scalar
+
+            # values of the policy's actions: frozen critic parameters, detached state
+            online = self.online_coeff > 0
+            with torch.set_grad_enabled(torch.is_grad_enabled() and online):
+                a_pi = dist.rsample((self.k_actor,)) if online else dist.sample((self.k_actor,))
+                logits_pi = self.critics(s[:, :-1].detach(), a_pi[:, :, :-1], detach_params=True)
+                v_pi = self.critics.to_value(logits_pi).mean(0)  # (B, T, C, G, 1)
+            if online:
+                actor_loss = actor_loss - self.online_coeff * self.popart.normalize_values(v_pi.min(2).values)
+
+        if self.offline_coeff > 0:
+            with torch.no_grad():
+                if q_data is not None:
+                    adv = q_data.mean(2) - v_pi.detach().mean(2)  # raw scale
+                else:
+                    adv = torch.zeros_like(actor_loss)
+                weights = self._filter_weights(adv)
+            logp = self._log_prob(dist, a_buf)[:, :-1]
+            actor_loss = actor_loss - self.offline_coeff * weights * logp
+
+        actor_loss_mean = masked_mean(actor_loss, mask_g)
+        loss = actor_loss_mean + self.critic_loss_weight * critic_loss
+        metrics: dict[str, torch.Tensor] = {}
+        if log_step:
+            metrics = self._metrics(batch=batch, mask=mask, s=s, dist=dist, actor_loss=actor_loss_mean,
+                                    critic_loss=critic_loss, q_raw=q_data, y=y, weights=weights, logp=logp)
+            if logits_data is not None:
+                with torch.no_grad():
+                    top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
+                    metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
+        return loss, metrics

@@ -1,0 +1,722 @@
+"""Agent and MultiTaskAgent: every option on discrete, continuous and multibinary actions, gradient routing,
+target updates, acting, and the same options reached through Hydra overrides of `amago-train`."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+import warnings
+from functools import partial
+
+import gymnasium as gym
+import hydra
+import numpy as np
+import pytest
+import torch
+
+import amago_app.config
+from amago_app.agents import agent as agent_module
+from amago_app.agents.agent import Agent
+from amago_app.agents.filters import binary_filter, exp_filter, leaky_relu_filter
+from amago_app.agents.multitask import MultiTaskAgent
+from amago_app.data.loader import collate
+from amago_app.data.timestep import Trajectory
+from amago_app.nets.heads.actor import Actor, ResidualActor
+from amago_app.nets.heads.critics import NCritics, NCriticsTwoHot
+from amago_app.nets.heads.distributions import GMM, Beta, Discrete, DiscreteLikeContinuous, Multibinary, TanhGaussian
+from amago_app.nets.traj.ff import FFTrajEncoder
+from amago_app.nets.tstep import FFTstepEncoder
+from amago_app.trainer.build import build_agent, build_envs
+
+KINDS = ("discrete", "continuous", "multibinary")
+ACTION_SPACES = {
+    "discrete": gym.spaces.Discrete(3),
+    "continuous": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+    "multibinary": gym.spaces.MultiBinary(3),
+}
+AGENTS = {"agent": Agent, "multitask": MultiTaskAgent}
+
+
+def obs_space(mask_actions: int | None = None) -> gym.spaces.Dict:
+    spaces = {"observation": gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)}
+    if mask_actions:
+        spaces["action_mask"] = gym.spaces.Box(0.0, 1.0, (mask_actions,), np.float32)
+    return gym.spaces.Dict(spaces)
+
+
+def action_dim(space) -> int:
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.shape[0])
+
+
+def random_batch(space: gym.spaces.Space, obs: gym.spaces.Dict, lengths=(5, 3, 4), seed: int = 0):
+    """Collated windows of different lengths (so the batch has padding) with valid actions of `space`."""
+    rng = np.random.default_rng(seed)
+    A = action_dim(space)
+    windows = []
+    for i, T in enumerate(lengths):
+        if isinstance(space, gym.spaces.Discrete):
+            idx = rng.integers(0, A, T)
+            actions = np.eye(A, dtype=np.float32)[idx]
+        elif isinstance(space, gym.spaces.MultiBinary):
+            actions = rng.integers(0, 2, (T, A)).astype(np.float32)
+        else:
+            actions = rng.uniform(-1, 1, (T, A)).astype(np.float32)
+            actions[0] = 1.0  # a stored action at the bound
+        o = {}
+        for k, sub in obs.spaces.items():
+            if k == "action_mask":  # random legal sets that include the action actually taken
+                m = (rng.random((T + 1, A)) < 0.5).astype(np.float32)
+                m[:-1][np.arange(T), idx] = 1.0
+                m[-1, 0] = 1.0
+                o[k] = m
+            else:
+                o[k] = rng.normal(size=(T + 1, *sub.shape)).astype(sub.dtype)
+        dones = np.zeros(T, bool)
+        dones[-1] = i % 2 == 0
+        windows.append(Trajectory.from_transitions(o, rng.normal(size=T) * 3, dones, actions))
+    return collate(windows)
+
+
+def make_agent(cls=Agent, kind="discrete", obs=None, actor=None, critic=None, **kw):
+    space = ACTION_SPACES[kind]
+    obs = obs or obs_space()
+    if critic is None:
+        critic = (partial(NCritics, d_hidden=16) if cls is Agent else
+                  partial(NCriticsTwoHot, d_hidden=16, min_return=-100.0, max_return=100.0, output_bins=24))
+    kw.setdefault("multigammas", [0.5, 0.9])
+    kw.setdefault("num_critics", 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(obs_space=obs, rl2_dim=1 + action_dim(space), action_space=space, max_seq_len=8,
+                   tstep_encoder=partial(FFTstepEncoder, n_layers=1, d_hidden=16, d_output=16),
+                   traj_encoder=partial(FFTrajEncoder, d_model=16, d_ff=16),
+                   actor=actor or partial(Actor, n_layers=1, d_hidden=16), critic=critic, **kw)
+
+
+def grads(module: torch.nn.Module) -> list[torch.Tensor | None]:
+    return [p.grad for p in module.parameters()]
+
+
+def has_grad(module) -> bool:
+    return any(g is not None and g.abs().sum() > 0 for g in grads(module))
+
+
+def no_grad(module) -> bool:
+    return all(g is None or g.abs().sum() == 0 for g in grads(module))
+
+
+def run(agent, batch, seed=0, backward=True):
+    torch.manual_seed(seed)
+    loss, metrics = agent(batch, log_step=True)
+    assert torch.isfinite(loss), loss
+    for k, v in metrics.items():
+        assert torch.isfinite(torch.as_tensor(v)).all(), k
+    if backward:
+        loss.backward()
+    return loss, metrics
+
+
+# --- forward / backward over every option ----------------------------------------------------------------
+OPTIONS = {
+    "default": {},
+    "residual_actor": {"actor": partial(ResidualActor, feature_dim=16, residual_ff_dim=16, residual_blocks=1)},
+    "binary_threshold": {"fbc_filter_func": partial(binary_filter, threshold=1e-3)},
+    "exp_filter": {"fbc_filter_func": partial(exp_filter, beta=0.5, clip_weights_high=20.0)},
+    "leaky_relu_filter": {"fbc_filter_func": partial(leaky_relu_filter, beta=1.0)},
+    "fake_filter_bc": {"fake_filter": True, "online_coeff": 0.0, "offline_coeff": 1.0},
+    "fake_filter_online": {"fake_filter": True, "online_coeff": 1.0, "offline_coeff": 0.5},
+    "online_only": {"online_coeff": 1.0, "offline_coeff": 0.0},
+    "offline_only": {"online_coeff": 0.0, "offline_coeff": 1.0},
+    "both_terms": {"online_coeff": 0.5, "offline_coeff": 0.5},
+    "n_step": {"n_step": 3},
+    "k_samples": {"num_actions_for_value_in_critic_loss": 2, "num_actions_for_value_in_actor_loss": 3},
+    "no_target_actor": {"use_target_actor": False},
+    "no_popart": {"popart": False},
+    "single_gamma": {"use_multigamma": False, "gamma": 0.99},
+    "full_ensemble_td": {"num_critics": 5, "num_critics_td": 5},
+    "scales": {"reward_multiplier": 1.0, "tau": 0.05, "critic_loss_weight": 1.0},
+}
+NO_RSAMPLE = {"multibinary"}  # policies that cannot carry the online term
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_forward_backward_options(agent_name, kind, option):
+    kw = OPTIONS[option]
+    if option == "online_only" and kind in NO_RSAMPLE:
+        with pytest.raises(ValueError, match="reparameterizable"):
+            make_agent(AGENTS[agent_name], kind, **kw)
+        return
+    agent = make_agent(AGENTS[agent_name], kind, **kw)
+    batch = random_batch(ACTION_SPACES[kind], obs_space())
+    run(agent, batch)
+    assert has_grad(agent.actor)
+    assert has_grad(agent.traj_encoder) and has_grad(agent.tstep_encoder)
+    assert has_grad(agent.critics) == agent.needs_critic
+    assert all(p.grad is None for p in [*agent.target_actor.parameters(), *agent.target_critics.parameters()])
+
+
+DISTS = {"continuous": [TanhGaussian(), GMM(gmm_modes=2), Beta()],
+         "discrete": [Discrete(), Discrete(1e-6, 1.0), DiscreteLikeContinuous(gumbel_temperature=1.0)],
+         "multibinary": [Multibinary()]}
+DIST_CASES = [(k, d) for k, ds in DISTS.items() for d in ds]
+
+
+@pytest.mark.parametrize("kind,dist", DIST_CASES, ids=[f"{k}-{d!r}" for k, d in DIST_CASES])
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("actor_cls", [Actor, ResidualActor])
+def test_every_distribution(agent_name, kind, dist, actor_cls):
+    key = {"continuous": "continuous_dist_type", "discrete": "discrete_dist_type",
+           "multibinary": "multibinary_dist_type"}[kind]
+    sizes = {"n_layers": 1, "d_hidden": 16} if actor_cls is Actor else {"feature_dim": 16, "residual_ff_dim": 16}
+    agent = make_agent(AGENTS[agent_name], kind, actor=partial(actor_cls, **sizes, **{key: dist}), online_coeff=0.5)
+    if agent_name == "multitask" and kind == "discrete":
+        assert isinstance(agent.actor.dist, DiscreteLikeContinuous)  # Discrete is wrapped, clip values kept
+        assert agent.actor.dist.clip_prob_low == dist.clip_prob_low
+        assert isinstance(agent.target_actor.dist, DiscreteLikeContinuous)
+    else:
+        assert agent.actor.dist is not None and type(agent.actor.dist) is type(dist)
+    # policies without rsample drop the online term (with a warning) instead of failing
+    assert (agent.online_coeff > 0) == (agent.actor.dist.has_rsample or (agent_name == "agent" and kind == "discrete"))
+    run(agent, random_batch(ACTION_SPACES[kind], obs_space()))
+    assert has_grad(agent.actor) and has_grad(agent.critics)
+
+
+def test_no_rsample_policy_warns_and_drops_online_term():
+    with pytest.warns(UserWarning, match="online"):
+        agent = Agent(obs_space=obs_space(), rl2_dim=3, action_space=ACTION_SPACES["continuous"], max_seq_len=4,
+                      tstep_encoder=partial(FFTstepEncoder, d_hidden=8, d_output=8),
+                      traj_encoder=partial(FFTrajEncoder, d_model=8),
+                      actor=partial(Actor, d_hidden=8, continuous_dist_type="gmm"),
+                      critic=partial(NCritics, d_hidden=8))
+    assert agent.online_coeff == 0.0 and agent.offline_coeff == 0.1
+
+
+CRITICS = {
+    "twohot_symlog": {},
+    "hlgauss": {"label_type": "hlgauss", "sigma": 1.0},
+    "linear_bins": {"use_symlog": False, "min_return": -30.0, "max_return": 30.0},
+    "init_value": {"init_value": 5.0, "output_bins": 64},
+}
+
+
+@pytest.mark.parametrize("critic", CRITICS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_multitask_critic_options(kind, critic):
+    kw = {"d_hidden": 16, "min_return": -100.0, "max_return": 100.0, "output_bins": 24} | CRITICS[critic]
+    agent = make_agent(MultiTaskAgent, kind, critic=partial(NCriticsTwoHot, **kw))
+    for k, v in CRITICS[critic].items():
+        if k != "init_value":
+            assert getattr(agent.critics, k) == v
+    _, metrics = run(agent, random_batch(ACTION_SPACES[kind], obs_space()))
+    assert "Critic Argmax Bin Mean (test gamma)" in metrics
+
+
+def test_critic_types_are_checked():
+    with pytest.raises(ValueError, match="multitask"):
+        make_agent(Agent, "continuous", critic=partial(NCriticsTwoHot, min_return=-1.0, max_return=1.0))
+    with pytest.raises(ValueError, match="NCriticsTwoHot"):
+        make_agent(MultiTaskAgent, "continuous", critic=partial(NCritics, d_hidden=8))
+
+
+def test_agent_discrete_with_action_conditioned_critic_is_exact():
+    """A custom action-conditioned critic for discrete actions is evaluated on every one-hot action."""
+
+    class OneHotCritic(NCritics):
+        def __init__(self, **kw):
+            kw["discrete"] = False
+            super().__init__(**kw)
+
+    agent = make_agent(Agent, "discrete", critic=partial(OneHotCritic, d_hidden=16))
+    s = torch.randn(2, 3, 16)
+    table = agent._discrete_q_table(agent.critics, s)
+    assert table.shape == (2, 3, 3, 3, 3)
+    onehot = torch.eye(3)[1].expand(2, 3, 3, 3)
+    torch.testing.assert_close(table[..., 1], agent.critics(s, onehot.unsqueeze(0))[0, ..., 0])
+    run(agent, random_batch(ACTION_SPACES["discrete"], obs_space()))
+
+
+# --- the knobs reach the loss ----------------------------------------------------------------------------
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_returns_knobs_reach_targets(agent_name, monkeypatch):
+    seen = {}
+    real = agent_module.nstep_targets
+
+    def spy(r, d, q, gammas, mask, n_step):
+        seen.update(r=r.clone(), gammas=gammas.clone(), n_step=n_step)
+        return real(r, d, q, gammas, mask, n_step)
+
+    monkeypatch.setattr(agent_module, "nstep_targets", spy)
+    agent = make_agent(AGENTS[agent_name], "continuous", gamma=0.97, multigammas=[0.3, 0.8], n_step=4,
+                       reward_multiplier=2.5)
+    batch = random_batch(ACTION_SPACES["continuous"], obs_space())
+    run(agent, batch, backward=False)
+    torch.testing.assert_close(seen["gammas"], torch.tensor([0.3, 0.8, 0.97]))
+    assert seen["n_step"] == 4
+    torch.testing.assert_close(seen["r"], 2.5 * batch.rews)
+    agent = make_agent(AGENTS[agent_name], "continuous", gamma=0.97, multigammas=[0.3, 0.8], use_multigamma=False)
+    run(agent, batch, backward=False)
+    torch.testing.assert_close(seen["gammas"], torch.tensor([0.97]))
+    assert agent.actor(torch.randn(1, 1, 16)).mode().shape == (1, 1, 1, 2)  # one policy per gamma
+
+
+@pytest.mark.parametrize("agent_name,kind,k_actor_seen,k_critic_seen", [
+    ("agent", "continuous", 3, 2), ("agent", "discrete", None, None),
+    ("multitask", "continuous", 3, 2), ("multitask", "discrete", 3, 2), ("multitask", "multibinary", 3, 2),
+])
+def test_action_samples_k(agent_name, kind, k_actor_seen, k_critic_seen):
+    agent = make_agent(AGENTS[agent_name], kind, num_actions_for_value_in_critic_loss=2,
+                       num_actions_for_value_in_actor_loss=3)
+    calls = {"online": [], "target": []}
+    agent.critics.register_forward_pre_hook(
+        lambda m, args, kwargs: calls["online"].append(args[1].shape[0] if len(args) > 1 else None), with_kwargs=True)
+    agent.target_critics.register_forward_pre_hook(
+        lambda m, args, kwargs: calls["target"].append(args[1].shape[0] if len(args) > 1 else None), with_kwargs=True)
+    run(agent, random_batch(ACTION_SPACES[kind], obs_space()), backward=False)
+    if k_actor_seen is None:  # discrete Agent: exact expectations from Q(s, .), no samples
+        assert agent.k_actor == agent.k_critic == 1
+        assert calls == {"online": [None], "target": [None]}
+    else:
+        assert k_actor_seen in calls["online"] and calls["target"] == [k_critic_seen]
+
+
+@pytest.mark.parametrize("use_target_actor", [True, False])
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_use_target_actor(agent_name, use_target_actor):
+    agent = make_agent(AGENTS[agent_name], "continuous", use_target_actor=use_target_actor)
+    n = {"target": 0, "online": 0}
+    agent.target_actor.register_forward_hook(lambda *a: n.__setitem__("target", n["target"] + 1))
+    agent.actor.register_forward_hook(lambda *a: n.__setitem__("online", n["online"] + 1))
+    run(agent, random_batch(ACTION_SPACES["continuous"], obs_space()), backward=False)
+    assert n == ({"target": 1, "online": 1} if use_target_actor else {"target": 0, "online": 2})
+
+
+def test_redq_draws_with_replacement_and_reduces():
+    agent = make_agent(Agent, "continuous", num_critics=2, num_critics_td=2, online_coeff=0.0, offline_coeff=1.0)
+    q = torch.tensor([1.0, 2.0]).view(1, 1, 2, 1, 1).expand(200, 50, 2, 3, 1)
+    mean_red = agent._redq(q)
+    assert mean_red.shape == (200, 50, 3, 1)
+    assert set(mean_red.unique().tolist()) == {1.0, 1.5, 2.0}  # the same member can be drawn twice
+    agent.online_coeff = 1.0
+    min_red = agent._redq(q)
+    assert set(min_red.unique().tolist()) == {1.0, 2.0}
+    assert abs(float((min_red == 1.0).float().mean()) - 0.75) < 0.02  # P(min of 2 draws = 1) = 3/4
+
+
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_loss_coefficients(agent_name, kind):
+    """loss = online_coeff * online + offline_coeff * offline + critic_loss_weight * critic, term by term."""
+    batch = random_batch(ACTION_SPACES[kind], obs_space())
+    base = make_agent(AGENTS[agent_name], kind, online_coeff=0.0, offline_coeff=1.0, critic_loss_weight=1.0)
+
+    def loss_with(**kw):
+        a = copy.deepcopy(base)
+        for k, v in kw.items():
+            setattr(a, k, v)
+        loss, metrics = run(a, batch, backward=False)
+        return loss, metrics
+
+    l1, m1 = loss_with()
+    l3, _ = loss_with(offline_coeff=3.0)
+    lc, _ = loss_with(critic_loss_weight=4.0)
+    critic = m1["Critic Loss"]
+    torch.testing.assert_close(l3 - critic, 3 * (l1 - critic))
+    torch.testing.assert_close(lc - l1, 3 * critic)
+    weights = []
+    l_f, m_f = loss_with(fbc_filter=lambda adv: weights.append(adv) or torch.full_like(adv, 0.25))
+    assert len(weights) == 1 and weights[0].shape == (3, 5, 3, 1)
+    torch.testing.assert_close(m_f["Filter Weight Mean"], torch.tensor(0.25), rtol=1e-4, atol=1e-4)
+    _, m_fake = loss_with(fake_filter=True)
+    torch.testing.assert_close(m_fake["Filter Weight Mean"], torch.tensor(1.0), rtol=1e-4, atol=1e-4)
+    if kind not in NO_RSAMPLE:
+        lo1, mo1 = loss_with(online_coeff=1.0, offline_coeff=0.0)
+        lo2, mo2 = loss_with(online_coeff=2.0, offline_coeff=0.0)
+        torch.testing.assert_close(mo1["Critic Loss"], mo2["Critic Loss"])  # min-reduced targets, same draws
+        torch.testing.assert_close(lo2 - mo2["Critic Loss"], 2 * (lo1 - mo1["Critic Loss"]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_bc_log_prob_of_buffer_actions(agent_name, kind):
+    """log pi of the *hard* stored action: index / one-hot (discrete), sum over dims (continuous), mean over
+    bits (multibinary); the dummy last step is dropped."""
+    agent = make_agent(AGENTS[agent_name], kind, online_coeff=0.0, offline_coeff=1.0)
+    batch = random_batch(ACTION_SPACES[kind], obs_space())
+    _, metrics = run(agent, batch, backward=False)
+    agent.eval()  # same InputNorm statistics as the training forward used (eval does not update them)
+    with torch.no_grad():
+        s, mask = agent._encode(batch)
+        dist = agent.actor(s[:, :-1])
+        a = batch.actions.clamp(-1, 1).unsqueeze(2).expand(-1, -1, agent.num_gammas, -1)
+        if kind == "discrete":
+            idx = a.argmax(-1)
+            logp = torch.log_softmax(dist.logits, -1) if agent.actor.dist.one_hot_actions else dist.probs.log()
+            lp = logp.gather(-1, idx.unsqueeze(-1))
+        elif kind == "multibinary":
+            lp = dist.log_prob(a).mean(-1, keepdim=True)
+        else:
+            lp = dist.log_prob(a).sum(-1, keepdim=True)
+        expected = agent_module.masked_mean(lp, mask.unsqueeze(2))
+    torch.testing.assert_close(metrics["Log Prob of Buffer Actions"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_online_term_is_min_over_ensemble_in_popart_space():
+    agent = make_agent(Agent, "discrete", online_coeff=1.0, offline_coeff=0.0, critic_loss_weight=0.0)
+    batch = random_batch(ACTION_SPACES["discrete"], obs_space())
+    loss, _ = run(agent, batch, backward=False)
+    agent.eval()
+    with torch.no_grad():
+        s, mask = agent._encode(batch)
+        v = NCritics.value_of(agent.critics(s[:, :-1]), agent.actor(s[:, :-1]).probs)  # (B, T, C, G, 1)
+        expected = agent_module.masked_mean(-agent.popart(v.min(2).values), mask.unsqueeze(2))
+        wrong = agent_module.masked_mean(-agent.popart(v.mean(2)), mask.unsqueeze(2))
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(loss, wrong)
+    assert agent.popart.t > 1  # PopArt statistics moved before the actor term used them
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_multitask_loss_is_independent_of_popart(kind):
+    """Critic labels are built from raw-scale targets: PopArt only logs (without the online term)."""
+    base = make_agent(MultiTaskAgent, kind)
+    batch = random_batch(ACTION_SPACES[kind], obs_space())
+    with_popart, without = copy.deepcopy(base), copy.deepcopy(base)
+    without.popart.enabled = False
+    with_popart.popart.mu.fill_(3.0)  # stats far from identity: would change normalized labels
+    with_popart.popart.nu.fill_(50.0)
+    l1, _ = run(with_popart, batch, backward=False)
+    l2, _ = run(without, batch, backward=False)
+    torch.testing.assert_close(l1, l2)
+
+
+@pytest.mark.parametrize("agent_name,kind", [("agent", "continuous"), ("agent", "multibinary"),
+                                             ("multitask", "continuous"), ("multitask", "discrete")])
+def test_critic_loss_formula(agent_name, kind, monkeypatch):
+    """Agent: (popart(Q) - normalize(y))^2. MultiTaskAgent: cross-entropy to the two-hot labels of the raw
+    target y, the same labels for every critic. Both masked means over (B, T, C, G)."""
+    captured = {}
+    real = agent_module.nstep_targets
+    monkeypatch.setattr(agent_module, "nstep_targets",
+                        lambda *a: captured.setdefault("y", real(*a).unsqueeze(-1)).squeeze(-1))
+    agent = make_agent(AGENTS[agent_name], kind, online_coeff=0.0, offline_coeff=1.0)
+    outputs = []
+    agent.critics.register_forward_hook(lambda m, args, out: outputs.append(out))
+    batch = random_batch(ACTION_SPACES[kind], obs_space())
+    _, metrics = run(agent, batch, backward=False)
+    q_data, y = outputs[0][0], captured["y"]  # first online call: the buffer actions, K = 1
+    mask = (batch.rl2s[:, 1:] != 4.0).any(-1, keepdim=True).view(3, 5, 1, 1, 1)
+    if agent_name == "agent":
+        per = (agent.popart(q_data) - agent.popart.normalize_values(y).unsqueeze(2)).square()
+    else:
+        labels = agent.critics.labels(y[..., 0])  # (B, T, G, bins)
+        values = agent.critics.to_value(labels.log())
+        assert torch.allclose(values[mask[:, :, 0].expand_as(values)],
+                              y.clamp(-100, 100)[mask[:, :, 0].expand_as(y)], rtol=1e-3, atol=1e-3)
+        per = -(labels.unsqueeze(2) * torch.log_softmax(q_data, -1)).sum(-1, keepdim=True)
+    expected = (per * mask).sum() / (mask.expand_as(per).sum() + 1e-5)
+    torch.testing.assert_close(metrics["Critic Loss"], expected, rtol=1e-5, atol=1e-6)
+
+
+# --- gradient routing -----------------------------------------------------------------------------------
+def routing_agent(agent_name, kind, **kw):
+    online = 0.0 if kind in NO_RSAMPLE else 1.0
+    return make_agent(AGENTS[agent_name], kind, online_coeff=online, offline_coeff=0.5, **kw)
+
+
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_policy_terms_give_no_gradient_to_critics(agent_name, kind):
+    agent = routing_agent(agent_name, kind, critic_loss_weight=0.0)
+    run(agent, random_batch(ACTION_SPACES[kind], obs_space()))
+    assert has_grad(agent.actor) and has_grad(agent.traj_encoder)
+    assert no_grad(agent.critics)
+
+
+@pytest.mark.parametrize("use_target_actor", [True, False])
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_critic_loss_gives_no_gradient_to_actor(agent_name, kind, use_target_actor):
+    batch = random_batch(ACTION_SPACES[kind], obs_space())
+    base = routing_agent(agent_name, kind, use_target_actor=use_target_actor)
+    with_critic, without = copy.deepcopy(base), copy.deepcopy(base)
+    without.critic_loss_weight = 0.0
+    run(with_critic, batch, seed=3)
+    run(without, batch, seed=3)
+    for p, q in zip(with_critic.actor.parameters(), without.actor.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
+    assert has_grad(with_critic.critics) and no_grad(without.critics)
+    # the critic loss does train the shared encoders
+    diff = [(p.grad - q.grad).abs().sum() for p, q in zip(with_critic.traj_encoder.parameters(),
+                                                           without.traj_encoder.parameters())]
+    assert sum(diff) > 0
+
+
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_trainable_parameter_gets_a_gradient_by_default(agent_name, kind):
+    agent = make_agent(AGENTS[agent_name], kind, multigammas=agent_module.MULTIGAMMAS, num_critics=4)
+    params = agent.trainable_parameters()
+    assert params and len(params) == len([p for p in agent.parameters() if p.requires_grad])
+    run(agent, random_batch(ACTION_SPACES[kind], obs_space(), lengths=(6, 6, 4, 5)))
+    names = {id(p): n for n, p in agent.named_parameters()}
+    missing = [names[id(p)] for p in params if p.grad is None or p.grad.abs().sum() == 0]
+    assert not missing, missing
+
+
+# --- target networks -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_targets_move_by_exactly_tau(agent_name):
+    agent = make_agent(AGENTS[agent_name], "continuous", tau=0.2)
+    for t, o in ((agent.target_actor, agent.actor), (agent.target_critics, agent.critics)):
+        for pt, po in zip(t.parameters(), o.parameters()):
+            assert torch.equal(pt, po) and not pt.requires_grad  # exact copies at the start, frozen
+    with torch.no_grad():
+        for p in agent.trainable_parameters():
+            p.add_(torch.randn_like(p))
+    before = {n: p.clone() for n, p in agent.named_parameters() if n.startswith("target_")}
+    online = {n: p.clone() for n, p in agent.named_parameters()}
+    agent.update_targets()
+    assert before
+    for n, old in before.items():
+        src = online[n.replace("target_actor", "actor").replace("target_critics", "critics")]
+        expected = old + 0.2 * (src - old)
+        torch.testing.assert_close(dict(agent.named_parameters())[n], expected, rtol=0, atol=1e-6)
+        assert not torch.equal(dict(agent.named_parameters())[n], old)
+    for n, p in agent.named_parameters():  # online parameters are untouched
+        if n not in before:
+            assert torch.equal(p, online[n]), n
+
+
+# --- acting ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sample", [True, False])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_get_actions(agent_name, kind, sample):
+    agent = make_agent(AGENTS[agent_name], kind).eval()
+    N = 5
+    obs = {"observation": torch.randn(N, 1, 4)}
+    rl2 = torch.zeros(N, 1, 1 + action_dim(ACTION_SPACES[kind]))
+    h = agent.traj_encoder.init_hidden_state(N, "cpu")
+    a, _ = agent.get_actions(obs, rl2, torch.zeros(N, 1, 1, dtype=torch.long), h, sample=sample)
+    if kind == "discrete":
+        assert a.shape == (N, 1, 1) and a.dtype == torch.uint8 and int(a.max()) < 3
+    elif kind == "multibinary":
+        assert a.shape == (N, 1, 3) and a.dtype == torch.uint8 and set(a.unique().tolist()) <= {0, 1}
+    else:
+        assert a.shape == (N, 1, 2) and a.dtype == torch.float32 and a.abs().max() <= 1.0
+    if not sample:  # deterministic: the test-time gamma's mode
+        s, _ = agent.get_state(obs, rl2, torch.zeros(N, 1, 1, dtype=torch.long))
+        mode = agent.actor(s).mode()[:, :, -1]
+        if agent.actor.dist.one_hot_actions:
+            mode = mode.argmax(-1, keepdim=True)
+        assert torch.equal(a, mode.to(a.dtype))
+
+
+# --- pass_obs_keys_to_actor --------------------------------------------------------------------------------
+class MaskedActor(Actor):
+    """Blocks illegal actions: logits of actions with action_mask == 0 become -inf (probability 0)."""
+
+    def forward(self, state, obs=None):
+        raw = self.raw_outputs(state)  # (B, L, G, n)
+        legal = obs["action_mask"].bool().unsqueeze(-2)  # (B, L, 1, n)
+        return self.dist(raw.masked_fill(~legal, float("-inf")))
+
+
+def masked_agent(cls=Agent, **kw):
+    actor = partial(MaskedActor, n_layers=1, d_hidden=16, discrete_dist_type=Discrete(0.0, 1.0))
+    return make_agent(cls, "discrete", obs=obs_space(mask_actions=3), actor=actor,
+                      pass_obs_keys_to_actor=["action_mask"], **kw)
+
+
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_action_mask_actor(agent_name):
+    agent = masked_agent(AGENTS[agent_name])
+    batch = random_batch(ACTION_SPACES["discrete"], obs_space(mask_actions=3))
+    run(agent, batch)  # online, target and acting calls all receive aligned masks
+    assert has_grad(agent.actor)
+    s, _ = agent._encode(batch)
+    probs = agent.policy(agent.actor, s, batch.obs).probs
+    illegal = batch.obs["action_mask"].unsqueeze(2).expand_as(probs) == 0
+    assert illegal.any() and (probs[illegal] == 0).all()
+    N = 64
+    mask = torch.zeros(N, 1, 3)
+    mask[:, 0, 2] = 1.0
+    mask[: N // 2, 0, 0] = 1.0
+    obs = {"observation": torch.randn(N, 1, 4), "action_mask": mask}
+    a, _ = agent.get_actions(obs, torch.zeros(N, 1, 4), torch.zeros(N, 1, 1, dtype=torch.long), None)
+    legal = mask[torch.arange(N), 0, a[:, 0, 0].long()]
+    assert (legal == 1).all()
+    assert (a[N // 2:, 0, 0] == 2).all()
+
+
+def test_pass_obs_keys_must_exist():
+    with pytest.raises(ValueError, match="action_mask"):
+        make_agent(Agent, "discrete", pass_obs_keys_to_actor=["action_mask"])
+
+
+def test_plain_actor_ignores_passed_obs():
+    agent = make_agent(Agent, "continuous", pass_obs_keys_to_actor=["observation"])
+    run(agent, random_batch(ACTION_SPACES["continuous"], obs_space()))
+
+
+# --- Hydra: amago-train overrides ------------------------------------------------------------------------
+class BitsEnv(gym.Env):
+    """A MultiBinary-action env: reward = number of bits matching the observation's sign pattern."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.MultiBinary(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.obs = self.np_random.choice([-1.0, 1.0], 3).astype(np.float32)
+        return self.obs, {}
+
+    def step(self, action):
+        self.t += 1
+        r = float(((np.asarray(action) > 0) == (self.obs > 0)).sum())
+        self.obs = self.np_random.choice([-1.0, 1.0], 3).astype(np.float32)
+        return self.obs, r, False, self.t >= 4, {}
+
+
+_MOD = types.ModuleType("amago_test_bits_env")
+_MOD.BitsEnv = BitsEnv
+sys.modules[_MOD.__name__] = _MOD
+
+ENVS = {
+    "discrete": ["env=tmaze", "env.horizon=3"],
+    "continuous": ["env=gym", "env.id=Pendulum-v1"],
+    "multibinary": ["env=custom", "env.make._target_=amago_test_bits_env.BitsEnv"],
+}
+TINY = ["env.parallel_actors=2", "tstep_encoder.d_hidden=16", "tstep_encoder.d_output=16", "traj_encoder=ff",
+        "traj_encoder.d_model=16", "traj_encoder.d_ff=16", "agent.critic.d_hidden=16"]
+
+
+def compose(overrides):
+    amago_app.config.setup()
+    with hydra.initialize_config_dir(config_dir=amago_app.config.config_dir(), version_base="1.3"):
+        return hydra.compose("config", overrides=TINY + list(overrides))
+
+
+@pytest.fixture(scope="module")
+def envs():
+    out = {k: build_envs(compose(v), "val") for k, v in ENVS.items()}
+    yield out
+    for e in out.values():
+        e.close()
+
+
+def hydra_agent(envs, kind, overrides):
+    cfg = compose(ENVS[kind] + list(overrides))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_agent(cfg, envs[kind])
+
+
+def train_and_act(agent, env):
+    batch = random_batch(env.action_space, env.observation_space, lengths=(4, 2))
+    run(agent, batch)
+    ts = env.reset(seed=0)
+    obs = {k: torch.from_numpy(v)[:, None] for k, v in ts.obs.items()}
+    h = agent.traj_encoder.init_hidden_state(env.num_envs, "cpu")
+    actions, _ = agent.get_actions(obs, torch.from_numpy(ts.rl2)[:, None],
+                                   torch.from_numpy(ts.time_idx)[:, None, None], h)
+    env.step(actions[:, 0].numpy())
+
+
+@pytest.mark.parametrize("agent_name", AGENTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_hydra_agents_train_and_act(envs, agent_name, kind):
+    agent = hydra_agent(envs, kind, [f"agent={agent_name}"])
+    assert type(agent) is AGENTS[agent_name]
+    if agent_name == "multitask":  # spec 04 §1 table
+        assert isinstance(agent.critics, NCriticsTwoHot)
+        assert (agent.online_coeff, agent.offline_coeff, agent.k_actor, agent.k_critic) == (0.0, 1.0, 3, 1)
+        if kind == "discrete":
+            assert isinstance(agent.actor.dist, DiscreteLikeContinuous) and agent.actor.dist.gumbel_temperature == 0.5
+    else:
+        assert isinstance(agent.critics, NCritics) and agent.offline_coeff == 0.1
+        assert agent.online_coeff == (0.0 if kind == "multibinary" else 1.0)
+    assert (agent.num_critics, agent.num_critics_td, agent.critic_loss_weight, agent.tau) == (4, 2, 10.0, 0.003)
+    assert agent.gammas.tolist() == pytest.approx([0.1, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999])
+    assert agent.fbc_filter(torch.tensor([-0.1, 0.1])).tolist() == [0.0, 1.0]
+    train_and_act(agent, envs[kind])
+
+
+def dist_of(a):
+    return a.actor.dist
+
+
+def filter_is(agent, adv, expected):
+    return torch.allclose(agent.fbc_filter(torch.tensor(adv)), torch.tensor(expected, dtype=torch.float32))
+
+
+# (env kind, overrides, check on the built agent); unrelated overrides share a composition to keep this fast
+HYDRA_CASES = [
+    ("discrete", ["agent=multitask", "agent.critic.label_type=hlgauss", "agent.critic.min_return=-10",
+                  "agent.critic.max_return=10", "agent.critic.output_bins=32", "agent.critic.sigma=1.0",
+                  "agent.critic.use_symlog=false", "agent.critic.init_value=2",
+                  "agent.actor.discrete_dist_type.gumbel_temperature=1.0", "agent/fbc_filter_func=exp"],
+     lambda a: (a.critics.label_type, a.critics.output_bins, a.critics.sigma, a.critics.use_symlog,
+                a.critics.min_return, a.critics.max_return) == ("hlgauss", 32, 1.0, False, -10.0, 10.0)
+     and dist_of(a).gumbel_temperature == 1.0 and filter_is(a, [1.0], [np.e])),
+    ("continuous", ["agent=multitask", "agent/actor=residual", "agent.critic.min_return=-100",
+                    "agent.critic.max_return=0", "agent.online_coeff=0.5", "agent.offline_coeff=0.5"],
+     lambda a: a.online_coeff == 0.5 and a.offline_coeff == 0.5 and float(a.critics.bin_centers[-1]) == 0.0
+     and isinstance(a.actor, ResidualActor)),
+    ("discrete", ["agent/actor=residual", "agent.actor.feature_dim=16", "agent.actor.residual_ff_dim=32",
+                  "agent.actor.residual_blocks=1", "agent.actor.normalization=rmsnorm",
+                  "agent/fbc_filter_func=leaky_relu", "agent.fbc_filter_func.add_binary=false",
+                  "agent.fbc_filter_func.target_f0=0.3"],
+     lambda a: isinstance(a.actor, ResidualActor) and a.actor.net[0].out_features == 16
+     and isinstance(a.actor.net[2].norm1, torch.nn.RMSNorm) and filter_is(a, [0.0], [0.3])),
+    ("continuous", ["agent.actor.continuous_dist_type=gmm", "agent/fbc_filter_func=exp",
+                    "agent.fbc_filter_func.beta=0.5", "agent.fbc_filter_func.clip_weights_high=1.5"],
+     lambda a: isinstance(dist_of(a), GMM) and filter_is(a, [0.5, 2.0], [np.exp(0.25), 1.5])),
+    ("continuous", ["agent.actor.continuous_dist_type=beta", "agent.num_actions_for_value_in_critic_loss=2",
+                    "agent.num_actions_for_value_in_actor_loss=4"],
+     lambda a: isinstance(dist_of(a), Beta) and (a.k_critic, a.k_actor) == (2, 4)),
+    ("continuous", ["agent.actor.continuous_dist_type._target_=amago_app.nets.heads.distributions.GMM",
+                    "+agent.actor.continuous_dist_type.gmm_modes=3"], lambda a: dist_of(a).gmm_modes == 3),
+    ("discrete", ["agent.actor.discrete_dist_type=discrete_like_continuous"],
+     lambda a: isinstance(dist_of(a), DiscreteLikeContinuous)),
+    ("discrete", ["agent.actor.discrete_dist_type.clip_prob_low=1e-6",
+                  "agent.actor.discrete_dist_type.clip_prob_high=1.0",
+                  "agent.use_multigamma=false", "agent.fake_filter=true", "agent.online_coeff=0",
+                  "agent.fbc_filter_func.threshold=0.001"],
+     lambda a: (dist_of(a).clip_prob_low, dist_of(a).clip_prob_high) == (1e-6, 1.0)
+     and a.gammas.tolist() == pytest.approx([0.999]) and a.fake_filter and not a.needs_critic
+     and filter_is(a, [0.0005, 0.002], [0.0, 1.0])),
+    ("multibinary", ["agent.actor.multibinary_dist_type=multibinary", "agent.online_coeff=0", "agent.offline_coeff=1",
+                     "agent.gamma=0.99", "agent.multigammas=[0.5,0.9]", "agent.num_critics=3", "agent.num_critics_td=3",
+                     "agent.n_step=3", "agent.use_target_actor=false", "agent.reward_multiplier=1", "agent.tau=0.01",
+                     "agent.critic_loss_weight=1", "agent.popart=false", "agent.pass_obs_keys_to_actor=[observation]",
+                     "agent.critic.n_layers=1", "agent.critic.activation=gelu", "agent.actor.n_layers=1"],
+     lambda a: isinstance(dist_of(a), Multibinary) and (a.online_coeff, a.offline_coeff) == (0.0, 1.0)
+     and a.gammas.tolist() == pytest.approx([0.5, 0.9, 0.99]) and a.critics.num_critics == 3
+     and a.num_critics_td == 3 and a.n_step == 3 and not a.use_target_actor
+     and (a.reward_multiplier, a.tau, a.critic_loss_weight) == (1.0, 0.01, 1.0) and not a.popart.enabled
+     and a.pass_obs_keys_to_actor == ["observation"] and len(a.critics.hidden) == 0
+     and isinstance(a.critics.act, torch.nn.GELU)
+     and len([m for m in a.actor.net if isinstance(m, torch.nn.Linear)]) == 2),
+]
+
+
+@pytest.mark.parametrize("kind,overrides,check", HYDRA_CASES, ids=[" ".join(c[1]) for c in HYDRA_CASES])
+def test_hydra_overrides(envs, kind, overrides, check):
+    agent = hydra_agent(envs, kind, overrides)
+    assert check(agent)
+    batch = random_batch(envs[kind].action_space, envs[kind].observation_space, lengths=(4, 2))
+    run(agent, batch)
+
+
+def test_hydra_rejects_mismatched_options(envs):
+    with pytest.raises(Exception, match="multitask"):
+        hydra_agent(envs, "discrete", ["agent.critic._target_=amago_app.nets.heads.critics.NCriticsTwoHot"])
+    with pytest.raises(Exception, match="action space is discrete"):
+        hydra_agent(envs, "discrete", ["agent.actor.discrete_dist_type=gmm"])
+    with pytest.raises(Exception, match="feature_dim"):  # keys belong to their actor option
+        compose(ENVS["discrete"] + ["agent.actor.feature_dim=16"])

@@ -1,0 +1,403 @@
+"""Actor/critic heads: policy distributions, two-hot / HL-Gauss labels, PopArt, critic ensembles."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from amago_app.nets.common import symexp, symlog
+from amago_app.nets.heads.actor import Actor, ResidualActor
+from amago_app.nets.heads.critics import (
+    NCritics,
+    NCriticsTwoHot,
+    bins_to_value,
+    gamma_features,
+    hlgauss_labels,
+    twohot_labels,
+)
+from amago_app.nets.heads.distributions import (
+    GMM,
+    Beta,
+    Discrete,
+    DiscreteLikeContinuous,
+    Multibinary,
+    TanhGaussian,
+    distribution,
+)
+from amago_app.nets.heads.popart import PopArt
+
+SHAPE = (4, 3, 2)  # (B, L, G)
+A = 3
+
+
+def raw_for(factory, scale=3.0):
+    return (scale * torch.randn(*SHAPE, factory.input_dim(A))).requires_grad_(True)
+
+
+def edge_actions():
+    """Actions at (and beyond) the bounds, at 0, and random interior values."""
+    a = torch.rand(*SHAPE, A) * 2 - 1
+    a[0] = 1.0
+    a[1] = -1.0
+    a[2, :, :, 0] = 0.0
+    return a
+
+
+# --- continuous distributions ----------------------------------------------------------------------------
+CONTINUOUS = [TanhGaussian(), GMM(), GMM(gmm_modes=2, std_high=2.0), Beta()]
+
+
+@pytest.mark.parametrize("factory", CONTINUOUS, ids=lambda f: repr(f))
+def test_continuous_samples_logprobs_modes(factory):
+    dist = factory(raw_for(factory))
+    s = dist.sample((5,))
+    assert s.shape == (5, *SHAPE, A)
+    assert s.abs().max() <= 1.0 and torch.isfinite(s).all()
+    assert not s.requires_grad
+    for a in (edge_actions(), s[0]):
+        lp = dist.log_prob(a)
+        assert lp.shape[:-1] == SHAPE and lp.shape[-1] in (1, A)  # GMM: joint density
+        assert torch.isfinite(lp).all()
+    m = dist.mode()
+    assert m.shape == (*SHAPE, A) and m.abs().max() <= 1.0
+    ent = dist.entropy()
+    assert ent.shape == SHAPE and torch.isfinite(ent).all()
+
+
+@pytest.mark.parametrize("factory", CONTINUOUS, ids=lambda f: repr(f))
+def test_continuous_rsample_gradients(factory):
+    raw = raw_for(factory)
+    dist = factory(raw)
+    assert factory.has_rsample == (not isinstance(factory, GMM))
+    if not factory.has_rsample:
+        assert not hasattr(dist, "rsample")
+        return
+    a = dist.rsample((2,))
+    assert a.shape == (2, *SHAPE, A) and a.abs().max() <= 1.0
+    (a * torch.randn_like(a)).sum().backward()
+    assert raw.grad is not None and raw.grad.abs().sum() > 0
+
+
+def test_tanh_gaussian_formula():
+    f = TanhGaussian(std_low=0.1, std_high=2.0)
+    raw = torch.randn(5, 2 * A)
+    d = f(raw)
+    mean, raw_std = raw.chunk(2, -1)
+    std = torch.exp(math.log(0.1) + 0.5 * (math.log(2.0) - math.log(0.1)) * (torch.tanh(raw_std) + 1))
+    torch.testing.assert_close(d.std, std)
+    a = torch.rand(5, A) * 1.6 - 0.8
+    expected = torch.distributions.Normal(mean, std).log_prob(torch.atanh(a)) - torch.log1p(-a**2 + 1e-6)
+    torch.testing.assert_close(d.log_prob(a), expected)
+    torch.testing.assert_close(d.mode(), torch.tanh(mean))
+
+
+def test_beta_formula_and_mode():
+    f = Beta()
+    raw = torch.randn(5, 2 * A)
+    d = f(raw)
+    alpha = F.softplus(raw[:, :A]) + 1.0001
+    beta = F.softplus(raw[:, A:]) + 1.0001
+    a = torch.rand(5, A) * 1.6 - 0.8
+    expected = torch.distributions.Beta(alpha, beta).log_prob((a + 1) / 2) - math.log(2)
+    torch.testing.assert_close(d.log_prob(a), expected)
+    torch.testing.assert_close(d.mode(), 2 * alpha / (alpha + beta) - 1)
+    # the log-prob clamps into (-0.99, 0.99): at the bounds it equals the value at +-0.99
+    torch.testing.assert_close(d.log_prob(torch.ones(5, A)), d.log_prob(torch.full((5, A), 0.99)))
+    assert (f(torch.randn(5, 2 * A)).sample((100,)).abs() < 1).all()
+
+
+def test_gmm_formula_and_mode():
+    f = GMM(gmm_modes=2, std_low=1e-3)
+    raw = torch.randn(5, f.input_dim(A))
+    d = f(raw)
+    means, raw_std, logits = raw.split([2 * A, 2 * A, 2], -1)
+    means, std = means.view(5, 2, A), (F.softplus(raw_std) + 1e-3).view(5, 2, A)
+    a = torch.rand(5, A) * 1.6 - 0.8
+    u = torch.atanh(a)
+    comp = torch.distributions.Normal(means, std).log_prob(u.unsqueeze(1)).sum(-1)  # (5, 2)
+    expected = torch.logsumexp(comp + torch.log_softmax(logits, -1), -1) - torch.log1p(-a**2 + 1e-6).sum(-1)
+    torch.testing.assert_close(d.log_prob(a)[:, 0], expected)
+    best = logits.argmax(-1)
+    torch.testing.assert_close(d.mode(), torch.tanh(means[torch.arange(5), best]))
+    # std_high caps the standard deviation
+    capped = GMM(gmm_modes=2, std_high=0.5)(torch.full((1, f.input_dim(A)), 10.0))
+    assert capped.stds.max() <= 0.5
+
+
+# --- discrete / multibinary distributions ---------------------------------------------------------------
+def test_discrete_clipping_samples_logprobs():
+    f = Discrete(clip_prob_low=0.01, clip_prob_high=0.9)
+    raw = torch.randn(*SHAPE, A) * 10
+    d = f(raw)
+    assert torch.allclose(d.probs.sum(-1), torch.ones(SHAPE))
+    assert d.probs.min() >= 0.01 / 1.1 and d.probs.max() <= 0.9 / 0.9
+    s = d.sample((7,))
+    assert s.shape == (7, *SHAPE, 1) and s.min() >= 0 and s.max() < A
+    for i in range(A):
+        assert torch.isfinite(d.log_prob(torch.full((*SHAPE, 1), i))).all()
+    assert torch.equal(d.mode(), d.probs.argmax(-1, keepdim=True))
+    soft = f.action_from_buffer(F.one_hot(torch.tensor([0, 2]), A).float())
+    assert soft.min() > 0 and torch.allclose(soft.sum(-1), torch.ones(2))
+
+
+def test_discrete_like_continuous():
+    f = DiscreteLikeContinuous()
+    assert f.is_discrete and f.one_hot_actions and f.has_rsample
+    raw = (torch.randn(*SHAPE, A) * 3).requires_grad_(True)
+    d = f(raw)
+    s = d.sample((6,))
+    assert s.shape == (6, *SHAPE, A) and torch.equal(s.sum(-1), torch.ones(6, *SHAPE))
+    assert set(s.unique().tolist()) <= {0.0, 1.0}
+    logp = torch.log_softmax(raw, -1)
+    for i in range(A):
+        onehot = F.one_hot(torch.full(SHAPE, i), A).float()
+        lp = d.log_prob(onehot)
+        assert torch.isfinite(lp).all()
+        torch.testing.assert_close(lp, logp[..., i])
+    assert torch.equal(d.mode(), F.one_hot(raw.argmax(-1), A).float())
+    # straight-through Gumbel: hard one-hots forward, gradients to the logits backward
+    r = d.rsample((3,))
+    assert torch.equal(r.detach().sum(-1), torch.ones(3, *SHAPE))
+    assert set(r.detach().unique().tolist()) <= {0.0, 1.0}
+    (r * torch.randn_like(r)).sum().backward()
+    assert raw.grad is not None and raw.grad.abs().sum() > 0
+    # rsample draws from the policy: empirical frequencies match the probabilities
+    probe = f(torch.tensor([[0.0, 1.0, -1.0]]))
+    freq = probe.rsample((20000,)).detach().mean(0)
+    torch.testing.assert_close(freq, probe.probs, atol=0.02, rtol=0)
+    # stored one-hots are softened for the critics like Discrete's
+    soft = f.action_from_buffer(F.one_hot(torch.tensor([1]), A).float())
+    torch.testing.assert_close(soft, Discrete().action_from_buffer(F.one_hot(torch.tensor([1]), A).float()))
+
+
+def test_multibinary():
+    f = Multibinary()
+    assert not f.has_rsample and f.action_kind == "multibinary" and f.input_dim(5) == 5
+    raw = torch.randn(*SHAPE, A) * 3
+    d = f(raw)
+    s = d.sample((4,))
+    assert s.shape == (4, *SHAPE, A) and set(s.unique().tolist()) <= {0.0, 1.0}
+    for bits in (torch.zeros(*SHAPE, A), torch.ones(*SHAPE, A), s[0]):
+        lp = d.log_prob(bits)
+        assert lp.shape == (*SHAPE, A) and torch.isfinite(lp).all()
+    torch.testing.assert_close(d.log_prob(torch.ones(*SHAPE, A)), F.logsigmoid(raw))
+    assert torch.equal(d.mode(), (raw > 0).float())
+    assert d.entropy().shape == SHAPE
+
+
+def test_distribution_names():
+    assert isinstance(distribution("gmm"), GMM)
+    assert isinstance(distribution("discrete_like_continuous"), DiscreteLikeContinuous)
+    assert isinstance(distribution(Beta), Beta)
+    with pytest.raises(ValueError, match="unknown policy distribution"):
+        distribution("gausian")
+
+
+@pytest.mark.parametrize("cls", [Actor, ResidualActor])
+@pytest.mark.parametrize("kind,dist_key,dist", [("continuous", "continuous_dist_type", "beta"),
+                                                 ("discrete", "discrete_dist_type", "discrete"),
+                                                 ("multibinary", "multibinary_dist_type", None)])
+def test_actor_heads(cls, kind, dist_key, dist):
+    kw = {"n_layers": 1, "d_hidden": 8} if cls is Actor else {"feature_dim": 8, "residual_ff_dim": 16}
+    actor = cls(state_dim=6, action_dim=A, action_kind=kind, num_gammas=2, **kw, **{dist_key: dist})
+    d = actor(torch.randn(4, 3, 6))
+    assert d.sample().shape[:3] == (4, 3, 2)
+    with pytest.raises(ValueError, match="models"):
+        cls(state_dim=6, action_dim=A, action_kind=kind, num_gammas=2, **kw,
+            **{dist_key: "multibinary" if kind != "multibinary" else "gmm"})
+
+
+def test_residual_actor_structure():
+    actor = ResidualActor(state_dim=6, action_dim=A, action_kind="continuous", num_gammas=2, feature_dim=8,
+                          residual_ff_dim=16, residual_blocks=3, normalization="layer")
+    blocks = [m for m in actor.net if type(m).__name__ == "ResidualBlock"]
+    assert len(blocks) == 3 and blocks[0].ff1.out_features == 16
+    x = torch.randn(5, 8)
+    b = blocks[0]
+    torch.testing.assert_close(b(x), x + b.norm2(b.ff2(b.act(b.norm1(b.ff1(x))))))
+    assert actor.net[-1].out_features == 2 * 2 * A
+
+
+# --- two-hot / HL-Gauss labels -------------------------------------------------------------------------------
+VALUES = torch.tensor([-1e6, -1e5, -99_999.0, -3000.0, -7.3, -1.0, 0.0, 0.4, 2.5, 55.0, 1234.5, 9e4, 1e5, 3e7])
+
+
+@pytest.mark.parametrize("use_symlog", [True, False])
+@pytest.mark.parametrize("label_type", ["twohot", "hlgauss"])
+def test_labels_round_trip(use_symlog, label_type):
+    lo, hi = (-1e5, 1e5) if use_symlog else (-50.0, 80.0)
+    critic = NCriticsTwoHot(4, 2, False, torch.tensor([0.9]), num_critics=1, min_return=lo, max_return=hi,
+                            output_bins=64, use_symlog=use_symlog, label_type=label_type)
+    y = VALUES if use_symlog else torch.tensor([-1000, -50.0, -49.9, -3.3, 0.0, 0.01, 17.7, 79.99, 80.0, 500.0])
+    labels = critic.labels(y)
+    assert labels.shape == (len(y), 64) and (labels >= 0).all()
+    torch.testing.assert_close(labels.sum(-1), torch.ones(len(y)))
+    back = bins_to_value(labels, critic.bin_centers, use_symlog)[:, 0]
+    f = symlog if use_symlog else (lambda x: x)
+    z_true = f(y.clamp(lo, hi))
+    z_back = f(back)
+    tol = 1e-4 if label_type == "twohot" else critic.bin_width  # two-hot is exact; HL-Gauss within a bin
+    assert (z_back - z_true).abs().max() <= tol
+    if label_type == "twohot":
+        assert ((labels > 0).sum(-1) <= 2).all()  # at most two neighbouring bins
+        nz = [torch.nonzero(row).flatten() for row in labels]
+        assert all(len(i) == 1 or int(i[1] - i[0]) == 1 for i in nz)
+    else:  # a Gaussian bump: more than two bins inside the range
+        assert (labels[4] > 1e-3).sum() >= 3
+
+
+def test_twohot_exact_split():
+    centers = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    out = twohot_labels(torch.tensor([1.25, -5.0, 3.0, 7.0, 2.0]), centers)
+    expected = torch.tensor([[0, 0.75, 0.25, 0], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 1, 0]])
+    torch.testing.assert_close(out, expected.float())
+
+
+def test_hlgauss_matches_normal_cdf():
+    centers = torch.linspace(0, 4.5, 10)  # bin width 0.5: the std is sigma bin widths
+    z, sigma = 2.15, 0.75
+    out = hlgauss_labels(torch.tensor([z]), centers, sigma)[0]
+    normal = torch.distributions.Normal(z, sigma * 0.5)
+    edges = torch.arange(11) * 0.5 - 0.25
+    mass = normal.cdf(edges[1:]) - normal.cdf(edges[:-1])
+    torch.testing.assert_close(out, mass / mass.sum())
+
+
+@pytest.mark.parametrize("init_value", [250.0, -40.0])
+def test_init_value_sets_expected_value(init_value):
+    kw = dict(min_return=-100.0, max_return=1000.0, output_bins=64, num_critics=3, d_hidden=16)
+    s, a = torch.randn(2, 5, 8), torch.rand(1, 2, 5, 2, A) * 2 - 1
+    gammas = torch.tensor([0.9, 0.99])
+    critic = NCriticsTwoHot(8, A, False, gammas, init_value=init_value, **kw)
+    v = critic.to_value(critic(s, a))
+    assert v.shape == (1, 2, 5, 3, 2, 1)
+    err = (symlog(v) - symlog(torch.tensor(init_value))).abs().max()
+    assert err < 2 * critic.bin_width
+    plain = NCriticsTwoHot(8, A, False, gammas, **kw)
+    assert (symlog(plain.to_value(plain(s, a))) - symlog(torch.tensor(init_value))).abs().min() > 1.0
+
+
+def test_twohot_defaults_warn():
+    with pytest.warns(UserWarning, match="min_return"):
+        c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1, max_return=10.0)
+    assert c.min_return == -100_000.0
+    with pytest.warns(UserWarning, match="max_return"):
+        c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1, min_return=-10.0)
+    assert c.max_return == 100_000.0
+    assert float(c.bin_centers[-1]) == pytest.approx(float(symlog(torch.tensor(100_000.0))))
+
+
+# --- PopArt -------------------------------------------------------------------------------------------------
+def test_popart_preserves_outputs_and_tracks_statistics():
+    G = 3
+    pop = PopArt(G)
+    x = torch.randn(50, G, 1) * 5
+    scale, shift = torch.tensor([1.0, 20.0, 300.0]).view(1, G, 1), torch.tensor([-5.0, 50.0, 900.0]).view(1, G, 1)
+    y = torch.randn(200, G, 1) * scale + shift
+    mask = torch.ones(200, 1, 1)
+    mask[150:] = 0  # masked targets do not count
+    y_masked = y.clone()
+    y_masked[150:] = 1e6
+    target_mu = y[:150].mean(0)
+    target_sigma = y[:150].std(0, unbiased=False)
+    for step in range(30):
+        before = pop.denormalize(x).clone()
+        mu0, sigma0 = pop.mu.clone(), pop.sigma.clone()
+        pop.update_stats(y_masked, mask)
+        torch.testing.assert_close(pop.denormalize(x), before, rtol=1e-5, atol=1e-4)
+        if step == 0:
+            # mu / sigma move toward the targets' statistics
+            assert ((pop.mu - target_mu).abs() < (mu0 - target_mu).abs()).all()
+            assert ((pop.sigma - target_sigma).abs() < (sigma0 - target_sigma).abs()).all()
+    for _ in range(2000):  # bias-corrected EMA: with identical batches the stats converge to the batch's
+        pop.update_stats(y_masked, mask)
+    torch.testing.assert_close(pop.mu, target_mu, rtol=1e-3, atol=1e-2)
+    torch.testing.assert_close(pop.sigma, target_sigma, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(pop.normalize_values(target_mu), torch.zeros(G, 1), rtol=0, atol=1e-2)
+
+
+def test_popart_disabled_is_identity():
+    pop = PopArt(2, enabled=False)
+    x = torch.randn(4, 2, 1)
+    pop.update_stats(x * 100, torch.ones(4, 1, 1))
+    assert torch.equal(pop(x), x) and torch.equal(pop.denormalize(x), x) and torch.equal(pop.normalize_values(x), x)
+
+
+# --- critic ensembles ------------------------------------------------------------------------------------
+GAMMAS = torch.tensor([0.5, 0.9, 0.999])
+
+
+def make_critic(kind: str, C: int = 3):
+    if kind == "discrete":
+        return NCritics(6, A, True, GAMMAS, num_critics=C, d_hidden=8, n_layers=3)
+    if kind == "continuous":
+        return NCritics(6, A, False, GAMMAS, num_critics=C, d_hidden=8, n_layers=3)
+    return NCriticsTwoHot(6, A, False, GAMMAS, num_critics=C, d_hidden=8, n_layers=3, min_return=-10.0,
+                          max_return=10.0, output_bins=16)
+
+
+def run_critic(critic, s, a):
+    return critic(s) if getattr(critic, "discrete", False) and not critic.takes_actions else critic(s, a)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "continuous", "twohot"])
+def test_ensemble_members_are_independent(kind):
+    critic = make_critic(kind)
+    s, a = torch.randn(2, 4, 6), torch.rand(2, 2, 4, 3, A) * 2 - 1
+    c_dim = 2 if kind == "discrete" else 3
+    for name, p in critic.named_parameters():
+        assert p.shape[0] == 3, name  # every parameter is per member
+        for member in range(3):
+            before = run_critic(critic, s, a).detach()
+            with torch.no_grad():
+                p[member].add_(torch.randn_like(p[member]))
+            after = run_critic(critic, s, a).detach()
+            for c in range(3):
+                same = torch.equal(before.select(c_dim, c), after.select(c_dim, c))
+                assert same == (c != member), (name, member, c)
+
+
+@pytest.mark.parametrize("kind", ["continuous", "twohot"])
+def test_action_critic_matches_naive_concat_mlp(kind):
+    critic = make_critic(kind)
+    K, B, L = 2, 2, 3
+    s, a = torch.randn(B, L, 6), torch.rand(K, B, L, 3, A) * 2 - 1
+    a[0, 0, 0, 0] = 1.0  # clamped to 0.999 like every action input
+    out = critic(s, a)
+    assert out.shape == (K, B, L, 3, 3, 1 if kind == "continuous" else 16)
+    gf = symlog(1.0 / (1.0 - GAMMAS).clamp(1e-6, 1.0))
+    torch.testing.assert_close(gamma_features(GAMMAS)[:, 0], gf)
+    act = torch.nn.LeakyReLU(0.01)
+    for c in range(3):
+        w1 = torch.cat([critic.w_state[c], critic.w_gamma[c], critic.w_action[c]], 0)  # ([D; 1; A], H)
+        for k in range(K):
+            for g in range(3):
+                x = torch.cat([s, gf[g].expand(B, L, 1), a[k, :, :, g].clamp(-0.999, 0.999)], -1)
+                h = act(x @ w1 + critic.b_first[c, 0])
+                for layer in critic.hidden:
+                    h = act(h @ layer.weight[c] + layer.bias[c, 0])
+                ref = h @ critic.out.weight[c] + critic.out.bias[c, 0]
+                torch.testing.assert_close(out[k, :, :, c, g], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_discrete_critic_values_and_detach():
+    critic = make_critic("discrete")
+    s = torch.randn(2, 4, 6)
+    q = critic(s)
+    assert q.shape == (2, 4, 3, 3, A)
+    probs = torch.softmax(torch.randn(2, 4, 3, A), -1)
+    torch.testing.assert_close(NCritics.value_of(q, probs)[..., 0], (q * probs.unsqueeze(2)).sum(-1))
+    # detach_params: gradients reach the inputs but no parameter
+    cont = make_critic("continuous")
+    a = (torch.rand(1, 2, 4, 3, A) * 2 - 1).requires_grad_(True)
+    cont(s, a, detach_params=True).sum().backward()
+    assert a.grad is not None and a.grad.abs().sum() > 0
+    assert all(p.grad is None for p in cont.parameters())
+
+
+def test_symlog_inverse():
+    x = torch.tensor([-1e5, -3.0, 0.0, 0.2, 1e5])
+    torch.testing.assert_close(symexp(symlog(x)), x)
