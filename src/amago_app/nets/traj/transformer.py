@@ -1,4 +1,8 @@
-"""Transformer memory: pre-norm layers with NormFormer norms, σReparam linears, absolute time positions."""
+"""Transformer memory: pre-norm layers with NormFormer norms, σReparam linears, absolute time positions.
+
+`attention` picks the kernel (sdpa | vanilla | flash | flex | auto) and `attn_mask` the pattern (causal |
+sliding_window | sliding_sink); see `amago_app.nets.traj.attention` for the supported combinations.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import torch.nn as nn
 
 from amago_app.nets.common import activation as make_activation
 from amago_app.nets.common import norm as make_norm
-from amago_app.nets.traj.attention import CausalSelfAttention, KVCache, PositionalEmbedding, linear
+from amago_app.nets.traj.attention import (AttentionBackend, CausalSelfAttention, KVCache, MaskSpec,
+                                           PositionalEmbedding, StepIndex, linear, make_backend)
 from amago_app.nets.traj.base import TrajEncoder
 
 
@@ -16,9 +21,10 @@ class TransformerLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout_ff: float, dropout_attn: float,
                  dropout_qkv: float, activation: str, norm: str, sigma_reparam: bool, normformer_norms: bool,
-                 head_scaling: bool, rope: bool):
+                 head_scaling: bool, rope: bool, backend: AttentionBackend | None = None):
         super().__init__()
-        self.attn = CausalSelfAttention(d_model, n_heads, dropout_attn, dropout_qkv, sigma_reparam, head_scaling, rope)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout_attn, dropout_qkv, sigma_reparam, head_scaling, rope,
+                                        backend)
         self.ln1, self.ln3 = make_norm(norm, d_model), make_norm(norm, d_model)
         self.ln2 = make_norm(norm, d_model) if normformer_norms else nn.Identity()
         self.ln4 = make_norm(norm, d_ff) if normformer_norms else nn.Identity()
@@ -34,12 +40,19 @@ class TransformerLayer(nn.Module):
         h = h + self.ln2(self.attn(self.ln1(h), positions))
         return h + self._ff(h)
 
-    def step(self, h, positions, cache, layer, slot, valid):
-        h = h + self.ln2(self.attn.step(self.ln1(h), positions, cache, layer, slot, valid))
+    def step(self, h, positions, cache, layer, idx):
+        h = h + self.ln2(self.attn.step(self.ln1(h), positions, cache, layer, idx))
         return h + self._ff(h)
 
 
 class TransformerTrajEncoder(TrajEncoder):
+    """Causal Transformer over timesteps with a ring-buffer KV cache for rollouts.
+
+    attention: sdpa | vanilla | flash | flex | auto. attn_mask: causal | sliding_window | sliding_sink, with
+    window_size (int or flash-style (left, 0)), sink_size, sink_bias, logit_clip. flex_compile: compile the
+    flex kernel (None = on CUDA only). Bad values and unsupported combinations raise ValueError.
+    """
+
     def __init__(
         self,
         tstep_dim: int,
@@ -59,16 +72,26 @@ class TransformerTrajEncoder(TrajEncoder):
         sigma_reparam: bool = True,
         normformer_norms: bool = True,
         head_scaling: bool = True,
+        attention: str = "sdpa",
+        attn_mask: str = "causal",
+        window_size: int | tuple[int, int] | None = None,
+        sink_size: int = 0,
+        sink_bias: float = 0.0,
+        logit_clip: float = 0.0,
+        flex_compile: bool | None = None,
     ):
         super().__init__(tstep_dim, max_seq_len)
         d_ff = d_ff or 4 * d_model
+        self.mask = MaskSpec.build(attn_mask, window_size, sink_size, sink_bias, logit_clip)
+        self.backend = make_backend(attention, self.mask, dropout_attn, flex_compile)
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.inp = nn.Linear(tstep_dim, d_model)
         self.pos = PositionalEmbedding(pos_emb, d_model, max_time_idx)
         self.drop_emb = nn.Dropout(dropout_emb)
         self.layers = nn.ModuleList(
             TransformerLayer(d_model, n_heads, d_ff, dropout_ff, dropout_attn, dropout_qkv, activation, norm,
-                             sigma_reparam, normformer_norms, head_scaling, rope=pos_emb == "rope")
+                             sigma_reparam, normformer_norms, head_scaling, rope=pos_emb == "rope",
+                             backend=self.backend)
             for _ in range(n_layers)
         )
         self.final_norm = make_norm(norm, d_model)
@@ -76,6 +99,11 @@ class TransformerTrajEncoder(TrajEncoder):
     @property
     def emb_dim(self) -> int:
         return self.d_model
+
+    @property
+    def attention_backend(self) -> str:
+        """The backend in use after fallbacks (flash may still hand single calls to its fallback)."""
+        return self.backend.name
 
     def _embed(self, seq, positions):
         h = self.inp(seq)
@@ -100,12 +128,9 @@ class TransformerTrajEncoder(TrajEncoder):
         return torch.cat(outs, dim=1), hidden_state
 
     def _step(self, seq, positions, cache: KVCache):
-        slot = cache.count % cache.slots
-        filled = torch.clamp(cache.count + 1, max=cache.slots)  # the valid slots are always a prefix of the ring
-        width = min(int(filled.max()), cache.slots)
-        valid = torch.arange(width, device=seq.device)[None, :] < filled[:, None]
+        idx = StepIndex.advance(cache, self.backend)  # ring slot, valid prefix, mask positions of this step
         h = self._embed(seq, positions)
         for i, layer in enumerate(self.layers):
-            h = layer.step(h, positions, cache, i, slot, valid)
+            h = layer.step(h, positions, cache, i, idx)
         cache.count = cache.count + 1
         return self.final_norm(h)
