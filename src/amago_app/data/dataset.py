@@ -85,15 +85,22 @@ class DiskBuffer(RLDataset):
         min_size: int = 1,
         relabeler: Callable[[Trajectory], Trajectory] | None = None,
         cache_gb: float = 2.0,
+        read_only: bool = False,
     ):
         if max_size < 1:
             raise ValueError(f"buffer max_size must be >= 1, got {max_size}")
         self.dir = Path(root) / name / "buffer"
         self.fifo_dir = self.dir / "fifo"
         self.protected_dir = self.dir / "protected"
-        self.fifo_dir.mkdir(parents=True, exist_ok=True)
-        self.protected_dir.mkdir(parents=True, exist_ok=True)
-        self.save_new_trajs_to = self.fifo_dir
+        # read_only: a data source (e.g. offline data in a mixture): receives no rollouts, never trims
+        self.read_only = bool(read_only)
+        if self.read_only:
+            if not self.dir.is_dir():
+                raise FileNotFoundError(f"read-only buffer {self.dir} does not exist")
+        else:
+            self.fifo_dir.mkdir(parents=True, exist_ok=True)
+            self.protected_dir.mkdir(parents=True, exist_ok=True)
+        self.save_new_trajs_to = None if self.read_only else self.fifo_dir
         self.max_size = int(max_size)
         self.min_size = int(min_size)
         self.relabeler = relabeler
@@ -107,6 +114,8 @@ class DiskBuffer(RLDataset):
     # --- file index ---------------------------------------------------------------------------------
     @staticmethod
     def _list(directory: Path) -> list[str]:
+        if not directory.is_dir():
+            return []
         return sorted(
             str(directory / f) for f in os.listdir(directory) if f.endswith(TRAJ_EXTENSIONS) and not f.startswith(".")
         )
@@ -142,7 +151,7 @@ class DiskBuffer(RLDataset):
         return excess
 
     def on_end_of_collection(self, epoch: int, is_main_process: bool = True) -> dict[str, float]:
-        deleted = self.trim() if (self.has_edit_rights and is_main_process) else 0
+        deleted = self.trim() if (self.has_edit_rights and is_main_process and not self.read_only) else 0
         return {"Files Deleted": deleted}
 
     def stats(self) -> dict[str, float]:
@@ -191,10 +200,12 @@ class DiskBuffer(RLDataset):
     def get_description(self) -> str:
         return (
             f"DiskBuffer at {self.dir} ({len(self.fifo_files)} fifo + {len(self.protected_files)} protected files, "
-            f"capacity {self.max_size} fifo files)"
+            + ("read-only)" if self.read_only else f"capacity {self.max_size} fifo files)")
         )
 
     def delete(self, protected: bool = False) -> None:
+        if self.read_only:
+            return
         shutil.rmtree(self.fifo_dir, ignore_errors=True)
         if protected:
             shutil.rmtree(self.protected_dir, ignore_errors=True)

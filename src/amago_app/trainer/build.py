@@ -8,7 +8,8 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.data.dataset import DiskBuffer
+from amago_app.config.schema import BUFFER_KINDS
+from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
 from amago_app.envs.actors import ENV_MODES, actor_seed, make_actors
 from amago_app.envs.wrapper import AMAGOEnv
 
@@ -62,9 +63,43 @@ def build_exploration(cfg: DictConfig, envs: AMAGOEnv, seed: int):
     return build(cfg.exploration)(action_space=envs.action_space, num_actors=envs.num_envs, seed=seed)
 
 
-def build_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
+def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
+    """The run's own replay buffer: {buffer.root or the run dir's parent}/{buffer.name or the run dir's name}."""
     b = cfg.buffer
     root = Path(b.root) if b.root is not None else run_dir.parent
     name = b.name if b.name is not None else run_dir.name
     relabeler = build(b.relabeler) if b.relabeler is not None else None
     return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb)
+
+
+def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
+    """The trainer's dataset, by `buffer.kind`: disk | mixture | none."""
+    kind = cfg.buffer.get("kind", "disk")
+    if kind == "disk":
+        return build_disk_buffer(cfg, run_dir)
+    if kind == "none":
+        return DoNothingDataset()
+    if kind == "mixture":
+        from amago_app.data.mixture import MixtureOfDatasets
+
+        sources = cfg.buffer.get("datasets") or {}
+        if not sources:
+            raise ValueError("buffer=mixture needs buffer.datasets: {name: {dataset: own | {_target_: ...}, weight: w}}")
+        datasets, weights, initial = {}, [], []
+        for name, src in sources.items():
+            if not OmegaConf.is_dict(src) or "dataset" not in src or src.get("weight") is None:
+                raise ValueError(f"buffer.datasets.{name} must have `dataset` and `weight`, got {src!r}")
+            node = src.dataset
+            if isinstance(node, str) and node == "own":
+                datasets[name] = build_disk_buffer(cfg, run_dir)
+            elif OmegaConf.is_dict(node) and "_target_" in node:
+                datasets[name] = build(node)
+            else:
+                raise ValueError(f"buffer.datasets.{name}.dataset must be `own` or a config with a _target_, got {node!r}")
+            weights.append(float(src.weight))
+            initial.append(src.get("initial_weight"))
+        return MixtureOfDatasets(
+            datasets, weights, initial_sampling_weights=initial if any(w is not None for w in initial) else None,
+            smooth_sudden_starts=cfg.buffer.get("smooth_sudden_starts"),
+        )
+    raise ValueError(f"buffer.kind={kind!r} is not one of {BUFFER_KINDS}")

@@ -24,6 +24,7 @@ from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import MetricsLogger
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
 from amago_app.trainer.checkpoint import Checkpoints, rng_state, set_rng_state
+from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import Actors
 
 PRECISIONS = ("no", "bf16", "fp16")
@@ -35,6 +36,7 @@ def _fmt(x: float | None) -> str:
 
 class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: str | Path):
+        cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         t = cfg.trainer
         if t.mixed_precision not in PRECISIONS:
             raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
@@ -64,7 +66,7 @@ class Trainer:
         self.train_envs = build_envs(cfg, "train")
         self.val_envs = build_envs(cfg, "val")
         self.dataset = build_buffer(cfg, self.run_dir)
-        self.dataset.configure(has_edit_rights=True)
+        self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
         self.recorder = TrajectoryRecorder(
             self.train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
             cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + self.rank,
@@ -105,6 +107,8 @@ class Trainer:
         self.elapsed = 0.0  # training wall time before this process started (resume)
 
         self.ckpts = Checkpoints(self.run_dir)
+        # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
+        self.latest_source = Checkpoints(t.policy_from).latest if t.get("policy_from") else self.ckpts.latest
         self.logger: MetricsLogger | None = None
         self.console: RunConsole | None = None
 
@@ -278,13 +282,16 @@ class Trainer:
                 acc.wait_for_everyone()
                 self.dataset.refresh()
                 self.log("dataset", {**housekeeping, **self.dataset.stats()})
+                if t.get("mode") == "learn" and not self.dataset.ready_for_training:
+                    time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
+                    continue
                 if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
                     summary["updates/s"] = f"{self.train_epoch():.1f}"
                     summary["loss"] = _fmt(getattr(self, "_last_loss", None))
                 acc.wait_for_everyone()
                 self.epoch = epoch + 1
                 self.elapsed = time.time() - started
-                last_epoch = self.epoch == t.epochs
+                last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
                 if (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch:
                     self.save_checkpoint(epoch)
                 if t.always_save_latest and self.is_main:
@@ -322,7 +329,8 @@ class Trainer:
     def save_checkpoint(self, epoch: int) -> None:
         acc = self.accelerator
         rank_state = {"rng": rng_state(), "recorder": self.recorder.state_dict(),
-                      "exploration": self.exploration.state_dict() if self.exploration else None}
+                      "exploration": self.exploration.state_dict() if self.exploration else None,
+                      "dataset": self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None}
         if self.is_main:  # create the staging dir before the others write into it
             self.ckpts.write_main_state(epoch, {
                 "agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -353,6 +361,8 @@ class Trainer:
             self.recorder.load_state_dict(rank["recorder"])
             if self.exploration is not None and rank["exploration"] is not None:
                 self.exploration.load_state_dict(rank["exploration"])
+            if rank.get("dataset") is not None and hasattr(self.dataset, "load_state_dict"):
+                self.dataset.load_state_dict(rank["dataset"])  # e.g. a mixture's fade-in schedule
         elif self.is_main:
             print(f"warning: {rank_file} missing (saved with {main['num_processes']} processes); "
                   "this process starts fresh RNG and exploration state")
@@ -360,9 +370,12 @@ class Trainer:
         self.train_actors.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
 
     def load_latest_policy(self, tries: int = 10) -> None:
-        path = self.ckpts.latest
+        path = self.latest_source
         for i in range(tries):
             if not path.exists():
+                if not getattr(self, "_warned_no_latest", False) and self.is_main:
+                    print(f"warning: no weights at {path} yet; acting with the current ones")
+                    self._warned_no_latest = True
                 return
             try:
                 self.agent.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))

@@ -1,11 +1,14 @@
-"""Self-contained (CPU, pure-python) environments: T-Maze, Meta Frozen Lake, Dark Key-To-Door, MazeRunner."""
+"""Self-contained (CPU, pure-python) environments: T-Maze, Meta Frozen Lake, Dark Key-To-Door, MazeRunner,
+ImageMemory."""
 
 from amago_app.envs.builtin.frozen_lake import MetaFrozenLake
+from amago_app.envs.builtin.image_memory import ImageMemory
 from amago_app.envs.builtin.key_door import RoomKeyDoor
 from amago_app.envs.builtin.mazerunner import MazeRunner, MazeRunnerAMAGOEnv
 from amago_app.envs.builtin.tmaze import TMazeActive, TMazeAltActive, TMazeAltPassive, TMazePassive
 
 __all__ = [
+    "ImageMemory",
     "MetaFrozenLake",
     "RoomKeyDoor",
     "MazeRunner",
