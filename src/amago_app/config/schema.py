@@ -483,6 +483,10 @@ class TrainerConfig:
     """no | bf16 | fp16."""
     log_interval: int = 300
     """Log train-update metrics every this many gradient steps."""
+    compile: bool = False
+    """torch.compile the update (inductor, static shapes; worth it on GPUs, marginal on CPUs)."""
+    compile_mode: Optional[str] = "default"
+    """torch.compile mode: default | reduce-overhead (adds CUDA graphs) | max-autotune."""
     cpu: bool = False
     """Train on CPU even if CUDA is available."""
     threads: Optional[int] = None

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, gather_object, set_seed
+from accelerate.utils import (
+    DistributedDataParallelKwargs,
+    TorchDynamoPlugin,
+    broadcast_object_list,
+    gather_object,
+    set_seed,
+)
 from omegaconf import DictConfig, OmegaConf
 
 from amago_app.data.files import atomic_write_bytes
@@ -28,6 +35,7 @@ from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import Actors
 
 PRECISIONS = ("no", "bf16", "fp16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
 
 
 def _fmt(x: float | None) -> str:
@@ -45,10 +53,18 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(int(t.threads))
         self.cfg = cfg
+        if t.get("compile_mode") not in COMPILE_MODES:
+            raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
+        dynamo = None
+        if t.get("compile"):
+            # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
+            # mode=reduce-overhead adds CUDA graphs on GPUs
+            dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
         self.accelerator = Accelerator(
             cpu=t.cpu or not torch.cuda.is_available(),
             mixed_precision=t.mixed_precision,
             gradient_accumulation_steps=t.batches_per_update,
+            dynamo_plugin=dynamo,
         )
         acc = self.accelerator
         self.rank, self.is_main = acc.process_index, acc.is_main_process
@@ -76,7 +92,8 @@ class Trainer:
                                    seed=env_seed(cfg, self.rank, "train"))
         self.val_actors = Actors(self.val_envs, seed=env_seed(cfg, self.rank, "val"))
         self.loader = BatchLoader(
-            self.dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling, cfg.buffer.fixed_length,
+            self.dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
+            cfg.buffer.fixed_length or bool(t.get("compile")),
             cfg.buffer.prefetch, seed=cfg.seed, rank=self.rank, pin_memory=self.device.type == "cuda",
         )
 
@@ -161,6 +178,10 @@ class Trainer:
         )
 
     # --- phases -------------------------------------------------------------------------------------
+    def rollout_autocast(self):
+        """Mixed precision for acting only on GPUs: on CPU a batch of a few envs runs faster in fp32."""
+        return self.accelerator.autocast() if self.device.type == "cuda" else nullcontext()
+
     def _sum_over_processes(self, value: float) -> float:
         if self.accelerator.num_processes == 1:
             return value
@@ -175,7 +196,7 @@ class Trainer:
         with self.console.phase("collect", steps * self.train_envs.num_envs, "env steps") as advance:
             stats = self.train_actors.run(
                 self.agent, self.device, steps, sample=self.cfg.trainer.sample_actions_train,
-                autocast=self.accelerator.autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
+                autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
             )
         fps = steps * self.train_envs.num_envs / max(time.perf_counter() - start, 1e-9)
         self.recorder.flush(self.dataset.save_new_trajs_to)
@@ -199,7 +220,7 @@ class Trainer:
         with self.console.phase("validate", t.val_timesteps_per_epoch * self.val_envs.num_envs, "env steps") as adv:
             stats = self.val_actors.run(
                 self.agent, self.device, t.val_timesteps_per_epoch, sample=t.sample_actions_val,
-                autocast=self.accelerator.autocast, on_step=lambda n: adv(n * self.val_envs.num_envs),
+                autocast=self.rollout_autocast, on_step=lambda n: adv(n * self.val_envs.num_envs),
             )
         summary = stats.summary()
         summary["Env FPS (per process)"] = (
