@@ -18,14 +18,11 @@ Masks, `critic_loss_weight`, target updates and acting are those of `Agent`.
 
 from __future__ import annotations
 
-from typing import Callable
-
-import gymnasium as gym
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amago_app.agents.agent import MULTIGAMMAS, Agent, masked_mean
+from amago_app.agents.agent import Agent, masked_mean
 from amago_app.data.loader import Batch
 from amago_app.nets.heads.critics import NCriticsTwoHot
 from amago_app.nets.heads.distributions import Discrete, DiscreteLikeContinuous
@@ -36,44 +33,15 @@ class MultiTaskAgent(Agent):
 
     def __init__(
         self,
-        obs_space: gym.spaces.Dict,
-        rl2_dim: int,
-        action_space: gym.spaces.Space,
-        max_seq_len: int,
-        tstep_encoder: Callable[..., nn.Module],
-        traj_encoder: Callable[..., nn.Module],
-        actor: Callable[..., nn.Module] | None = None,
-        critic: Callable[..., nn.Module] | None = None,
-        num_critics: int = 4,
-        num_critics_td: int = 2,
+        *args,
         online_coeff: float = 0.0,
         offline_coeff: float = 1.0,
-        critic_loss_weight: float = 10.0,
-        gamma: float = 0.999,
-        multigammas: tuple[float, ...] | list[float] | None = MULTIGAMMAS,
-        use_multigamma: bool = True,
-        reward_multiplier: float = 10.0,
-        tau: float = 0.003,
-        fake_filter: bool = False,
-        num_actions_for_value_in_critic_loss: int = 1,
         num_actions_for_value_in_actor_loss: int = 3,
-        fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        popart: bool = True,
-        use_target_actor: bool = True,
-        n_step: int = 1,
-        pass_obs_keys_to_actor: list[str] | tuple[str, ...] | None = None,
+        **kwargs,
     ):
-        super().__init__(
-            obs_space=obs_space, rl2_dim=rl2_dim, action_space=action_space, max_seq_len=max_seq_len,
-            tstep_encoder=tstep_encoder, traj_encoder=traj_encoder, actor=actor, critic=critic,
-            num_critics=num_critics, num_critics_td=num_critics_td, online_coeff=online_coeff,
-            offline_coeff=offline_coeff, critic_loss_weight=critic_loss_weight, gamma=gamma,
-            multigammas=multigammas, use_multigamma=use_multigamma, reward_multiplier=reward_multiplier, tau=tau,
-            fake_filter=fake_filter, num_actions_for_value_in_critic_loss=num_actions_for_value_in_critic_loss,
-            num_actions_for_value_in_actor_loss=num_actions_for_value_in_actor_loss,
-            fbc_filter_func=fbc_filter_func, popart=popart, use_target_actor=use_target_actor, n_step=n_step,
-            pass_obs_keys_to_actor=pass_obs_keys_to_actor,
-        )
+        """`Agent`'s arguments; only the defaults of the actor loss differ (filtered BC first, K_a = 3)."""
+        super().__init__(*args, online_coeff=online_coeff, offline_coeff=offline_coeff,
+                         num_actions_for_value_in_actor_loss=num_actions_for_value_in_actor_loss, **kwargs)
 
     # --- construction hooks -------------------------------------------------------------------------
     def _prepare_actor(self, actor: nn.Module) -> None:
