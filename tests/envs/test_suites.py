@@ -189,6 +189,8 @@ def _manual_gymnax(env, params, seed: int, actions: np.ndarray):
     for a in actions:
         key, k_step, k_reset = jax.random.split(key, 3)
         obs_step, state_step, reward, done, _ = step_env(jax.random.split(k_step, 1)[0], state, int(a), params)
+        if hasattr(env, "is_truncated"):  # gymnax >= 1.0 reports the time limit apart from step_env's done
+            done = bool(done) or bool(env.is_truncated(state_step, params))
         if bool(done):
             obs, state = reset_env(jax.random.split(k_reset, 1)[0], params)
         else:

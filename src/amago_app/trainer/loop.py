@@ -113,7 +113,9 @@ class Trainer:
             find_unused_parameters=not agent.needs_critic, broadcast_buffers=False
         )
         self.model, self.optimizer = acc.prepare(agent, self.optimizer)
-        self.agent = acc.unwrap_model(self.model)
+        # the plain module (no DDP, no torch.compile wrapper): rollouts, checkpoints and state-dict keys use it
+        unwrapped = acc.unwrap_model(self.model)
+        self.agent = getattr(unwrapped, "_orig_mod", unwrapped)
         self.params = self.agent.trainable_parameters()
 
         # counters (all checkpointed)

@@ -6,9 +6,12 @@ auto-resets with SAME_STEP semantics: every env is advanced with `step_env` (no 
 that finishes an env has its true last observation, which goes to `info["final_obs"]`; the env is reset in
 the same jitted call and its first observation of the next episode is returned in its slot.
 
-Gymnax folds the time limit into `done`; with `time_limit_truncates=True` (default) a done caused by
-`state.time >= params.max_steps_in_episode` is reported as `truncated` (bootstrapped through) and any other
-done as `terminated`. Use `mode: already_vectorized` (conf/env/gymnax.yaml).
+Time limits: gymnax < 1.0 folds the time limit into `step_env`'s `done`; with `time_limit_truncates=True`
+(default) a done caused by `state.time >= params.max_steps_in_episode` is reported as `truncated`
+(bootstrapped through) and any other done as `terminated`. gymnax >= 1.0 keeps them apart (`step_env` returns
+the natural end only, `env.is_truncated(state, params)` the time limit); both give the same `terminated` /
+`truncated` here. `time_limit_truncates=False` reports time-limit ends as `terminated`.
+Use `mode: already_vectorized` (conf/env/gymnax.yaml).
 
 JAX is imported with `XLA_PYTHON_CLIENT_PREALLOCATE=false` so that it does not take the GPU memory that torch
 needs. Needs the `jax` extra (jax + gymnax).
@@ -104,7 +107,7 @@ class GymnaxVectorEnv(VectorEnv):
         else:
             raise TypeError(f"unsupported gymnax action space {self.single_action_space!r}")
         max_steps = getattr(params, "max_steps_in_episode", None)
-        check_time = bool(time_limit_truncates) and max_steps is not None
+        time_limit_truncates = bool(time_limit_truncates)
         n = self.num_envs
 
         def reset_fn(key):
@@ -112,12 +115,22 @@ class GymnaxVectorEnv(VectorEnv):
             obs, state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(sub, n), params)
             return key, obs, state
 
+        separate_time_limit = hasattr(env, "is_truncated")  # gymnax >= 1.0
+
         def step_fn(key, state, action):
             key, k_step, k_reset = jax.random.split(key, 3)
             obs_step, state_step, reward, done, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
                 jax.random.split(k_step, n), state, action, params)
             obs_reset, state_reset = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(k_reset, n), params)
             done = done.astype(bool)
+            if separate_time_limit:
+                limit = jax.vmap(env.is_truncated, in_axes=(0, None))(state_step, params).astype(bool) & ~done
+                done = done | limit
+            else:
+                time = getattr(state_step, "time", None)
+                limit = done & (time >= max_steps) if max_steps is not None and time is not None \
+                    else jnp.zeros_like(done)
+            truncated = limit if time_limit_truncates else jnp.zeros_like(done)
 
             def pick(on_done, otherwise):
                 mask = done.reshape(done.shape + (1,) * (otherwise.ndim - 1))
@@ -125,16 +138,11 @@ class GymnaxVectorEnv(VectorEnv):
 
             next_state = jax.tree.map(pick, state_reset, state_step)
             next_obs = jax.tree.map(pick, obs_reset, obs_step)
-            time = getattr(state_step, "time", None)
-            if check_time and time is not None:
-                truncated = done & (time >= max_steps)
-            else:
-                truncated = jnp.zeros_like(done)
             return key, next_obs, obs_step, next_state, reward, done & ~truncated, truncated
 
         leaves, treedef = jax.tree_util.tree_flatten(params)
         params_key = (str(treedef), tuple((np.asarray(x).dtype.str, np.asarray(x).tobytes()) for x in leaves))
-        cache_key = (name, repr(sorted((env_kwargs or {}).items())), params_key, n, check_time) \
+        cache_key = (name, repr(sorted((env_kwargs or {}).items())), params_key, n, time_limit_truncates) \
             if isinstance(env_name, str) else None
         if cache_key is not None and cache_key in _COMPILED:
             self._reset_fn, self._step_fn = _COMPILED[cache_key]
