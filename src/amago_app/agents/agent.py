@@ -252,6 +252,15 @@ class Agent(nn.Module):
             return torch.ones_like(adv)
         return self.fbc_filter(adv)
 
+    def _filtered_bc(self, dist, a_buf: torch.Tensor,
+                     adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The filtered-BC term -offline_coeff * f(A) * log pi(a_buf), with the filter weights f(A) (no gradient)
+        and log pi(a_buf) for metrics. `adv` is in the critics' raw output space."""
+        with torch.no_grad():
+            weights = self._filter_weights(adv)
+        logp = self._log_prob(dist, a_buf)[:, :-1]
+        return -self.offline_coeff * weights * logp, weights, logp
+
     def _discrete_q_table(self, critics: nn.Module, s: torch.Tensor) -> torch.Tensor:
         """Q(s, .) (B, L, C, G, n) of a discrete action space (state-only critics give it directly;
         action-conditioned critics are evaluated on all n one-hot actions)."""
@@ -309,9 +318,8 @@ class Agent(nn.Module):
         if self.offline_coeff > 0:
             with torch.no_grad():
                 adv = (q_data.mean(2) - q_pi[:, :-1].mean(2)) if q_data is not None else torch.zeros_like(actor_loss)
-                weights = self._filter_weights(adv)  # raw critic-output space
-            logp = self._log_prob(dist, a_buf)[:, :-1]
-            actor_loss = actor_loss - self.offline_coeff * weights * logp
+            bc, weights, logp = self._filtered_bc(dist, a_buf, adv)
+            actor_loss = actor_loss + bc
 
         actor_loss_mean = masked_mean(actor_loss, mask_g)
         loss = actor_loss_mean + self.critic_loss_weight * critic_loss

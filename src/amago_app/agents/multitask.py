@@ -105,13 +105,9 @@ class MultiTaskAgent(Agent):
 
         if self.offline_coeff > 0:
             with torch.no_grad():
-                if q_data is not None:
-                    adv = q_data.mean(2) - v_pi.detach().mean(2)  # raw scale
-                else:
-                    adv = torch.zeros_like(actor_loss)
-                weights = self._filter_weights(adv)
-            logp = self._log_prob(dist, a_buf)[:, :-1]
-            actor_loss = actor_loss - self.offline_coeff * weights * logp
+                adv = (q_data.mean(2) - v_pi.mean(2)) if q_data is not None else torch.zeros_like(actor_loss)
+            bc, weights, logp = self._filtered_bc(dist, a_buf, adv)
+            actor_loss = actor_loss + bc
 
         actor_loss_mean = masked_mean(actor_loss, mask_g)
         loss = actor_loss_mean + self.critic_loss_weight * critic_loss
