@@ -62,6 +62,20 @@ def test_corridor_is_greedy_in_the_middle():
     assert ex.epsilon(np.array([18]))[0] == 1.0
 
 
+def test_tmaze_corridor_recipe_uses_the_corridor_length_as_horizon():
+    """eps = 0.5 / H for 0 < t < H - 3 with H = env.horizon (the corridor length), whatever the preset."""
+    from conftest import compose_config
+
+    from amago_app.trainer.build import build
+
+    for overrides in (["env.horizon=50"], ["+experiment=tmaze", "env.horizon=50"]):
+        cfg = compose_config([*overrides, "exploration.randomize_eps=false"], tiny=False)
+        ex = build(cfg.exploration)(action_space=spaces.Discrete(4), num_actors=1, seed=0)
+        eps = ex.epsilon(np.arange(52))
+        np.testing.assert_allclose(eps[1:47], 0.5 / 50)
+        assert eps[0] == eps[47] == 1.0
+
+
 def test_state_round_trip_reproduces_noise():
     ex = EpsilonGreedy(spaces.Discrete(6), num_actors=8, seed=1)
     for _ in range(5):

@@ -374,7 +374,7 @@ class EpsilonGreedyConfig:
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
     _target_: str = f"{_P}.envs.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
-    """Rollout length: eps is `corridor_eps` for 0 < t < horizon - decision_steps."""
+    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
     decision_steps: int = 3
     corridor_eps: Optional[float] = None
     """null = 0.5 / horizon."""
