@@ -365,7 +365,8 @@ class EpsilonGreedyConfig:
     eps_start: float = 1.0
     eps_end: float = 0.05
     steps_anneal: int = 1_000_000
-    """Steps per actor over which eps decays."""
+    """Steps per actor over which eps decays. The exploration options set it to half the run's steps per actor
+    (`${anneal_steps:epochs,train_timesteps_per_epoch,0.5}`); the paper presets set absolute values."""
     randomize_eps: bool = True
     """Each actor scales eps by its own m ~ U[0, 1), redrawn when its rollout ends."""
 
