@@ -8,8 +8,8 @@ from typing import Sequence
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
 from amago_app.config import setup
+from amago_app.rundir import CONFIG_FILE, find_training_state, run_dir_of_state
 from amago_app.trainer.loop import Trainer, save_config
 
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
@@ -51,7 +51,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
     if cfg.get("resume"):
         state_dir = find_training_state(cfg.resume)
         run_dir = run_dir_of_state(state_dir)
-        saved = OmegaConf.load(run_dir / "config.yaml")
+        saved = OmegaConf.load(run_dir / CONFIG_FILE)
         cfg = apply_overrides(saved, overrides)
         with open_dict(cfg):
             cfg.resume = str(state_dir)
