@@ -22,11 +22,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
+from amago_app.config.overrides import GROUPS, apply_overrides
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.rundir import CONFIG_FILE, EVAL_DIR, atomic_write_bytes, locate
 from amago_app.trainer.build import build_agent, build_envs, env_seed
 from amago_app.trainer.rollout import Actors, RolloutStats
-from amago_app.trainer.run import GROUPS, apply_overrides
 
 
 @dataclass
