@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from amago_app.data.timestep import Trajectory
+from amago_app.rundir import atomic_write_bytes
 
 SAVE_FORMATS = ("npz", "npz-compressed", "traj")
 TRAJ_EXTENSIONS = (".npz", ".traj")
@@ -49,22 +49,6 @@ def timestamp_of(path: str | os.PathLike) -> float:
         return float(stem.split("_")[2])
     except (IndexError, ValueError) as e:
         raise ValueError(f"{path!r} does not follow the FIFO name pattern envname_hex_time.ext") from e
-
-
-def atomic_write_bytes(path: Path, writer) -> None:
-    """Call `writer(file_object)` on a hidden temp file beside `path`, then rename it to `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            writer(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def save_trajectory(traj: Trajectory, directory: str | os.PathLike, env_name: str, fmt: str = "npz",

@@ -25,13 +25,12 @@ from accelerate.utils import (
 )
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.data.files import atomic_write_bytes
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import MetricsLogger
+from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
-from amago_app.trainer.checkpoint import Checkpoints, rng_state, set_rng_state
 from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import Actors
 
@@ -417,6 +416,6 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
     from the horizon); `config.resolved.yaml` records the concrete values the run used.
     """
-    for name, resolve in (("config.yaml", False), ("config.resolved.yaml", True)):
+    for name, resolve in ((CONFIG_FILE, False), (RESOLVED_CONFIG_FILE, True)):
         text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
         atomic_write_bytes(run_dir / name, lambda f, text=text: f.write(text))
