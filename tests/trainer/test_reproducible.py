@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from amago_app.logging.metrics import read_jsonl
-from amago_app.trainer.checkpoint import Checkpoints
+from amago_app.rundir import Checkpoints
 from amago_app.trainer.run import train
 from conftest import compose_config
 
