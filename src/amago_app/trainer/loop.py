@@ -6,6 +6,7 @@ Every process runs its own actors and samples its own batches; gradients are ave
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import shutil
 import time
@@ -94,6 +95,7 @@ class Trainer:
         self.recorder = TrajectoryRecorder(
             self.train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
             cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + self.rank,
+            writer_id=f"{hashlib.sha1(str(self.run_dir).encode()).hexdigest()[:6]}r{self.rank}",
         )
         self.exploration = build_exploration(cfg, self.train_envs, seed=cfg.seed * 1000 + self.rank)
         self.train_actors = Actors(self.train_envs, self.exploration, self.recorder,
@@ -358,6 +360,7 @@ class Trainer:
         self.accelerator.trackers.clear()
         self.train_actors.close()
         self.val_actors.close()
+        self.dataset.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
