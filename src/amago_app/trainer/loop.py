@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.logging.console import RunConsole
+from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
 from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
@@ -139,6 +139,7 @@ class Trainer:
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
         self.latest_source = Checkpoints(t.policy_from).latest if t.get("policy_from") else self.ckpts.latest
         self.logger: MetricsLogger | None = None
+        self.last_val_summary: dict[str, float] = {}
         self.console: RunConsole | None = None
 
     # --- set-up and logging -------------------------------------------------------------------------
@@ -166,7 +167,8 @@ class Trainer:
             config=config, start_time=time.time() - self.elapsed, tracker=tracker,
         )
         self.console = RunConsole(enabled=self.is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
-                                  start_epoch=self.epoch)
+                                  start_epoch=self.epoch, mode=cfg.logger.get("console", "auto"),
+                                  progress_interval=cfg.logger.get("progress_interval", 60.0))
 
     def run_id(self) -> str:
         """A stable wandb id per run directory, so a resumed run continues the same wandb run."""
@@ -253,6 +255,7 @@ class Trainer:
             keys = {k for s in gathered for k in s}
             summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
         self.log("val", summary)
+        self.last_val_summary = summary
         return summary.get("Average Total Return (Across All Env Names)")
 
     def train_step(self, batch, log_step: bool) -> dict:
@@ -318,6 +321,7 @@ class Trainer:
                 if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
                     last_val = self.evaluate_val()
                     summary["val return"] = _fmt(last_val)
+                    summary.update(success_summary(self.last_val_summary))
                 if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
                     summary["env steps/s"] = f"{self.collect():,.0f}"
                 acc.wait_for_everyone()
@@ -344,7 +348,9 @@ class Trainer:
                 self.console.end_epoch(epoch, summary)
             if t.val_timesteps_per_epoch > 0 and t.val_interval:
                 last_val = self.evaluate_val()
-                self.console.print(f"final validation return [bold cyan]{_fmt(last_val)}[/]")
+                success = "".join(f"  {k[4:]} [bold cyan]{v}[/]"
+                                  for k, v in success_summary(self.last_val_summary).items())
+                self.console.print(f"final validation return [bold cyan]{_fmt(last_val)}[/]{success}")
         finally:
             self.close()
         return {"val_return": last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
