@@ -14,6 +14,7 @@ from hydra.experimental.callback import Callback
 from rich.console import Console
 from rich.table import Table
 
+
 def summary_table(rows) -> Table:
     from amago_app.logging.results import format_mean_std
 
@@ -30,18 +31,16 @@ def summary_table(rows) -> Table:
 
 def summarize_dirs(dirs: Sequence[str | Path], metric: str | None = None, out: str | Path | None = None,
                    console: Console | None = None) -> list:
-    from amago_app.logging.results import VAL_RETURN, load_runs, summarize, write_summary
+    """Print the summary of the runs at or below `dirs`; write summary.json/csv into `out` if given."""
+    from amago_app.logging.results import VAL_RETURN, summarize, write_summary
 
     metric = metric or VAL_RETURN
-    runs = load_runs(dirs, metric)
-    if not runs:
-        raise FileNotFoundError(f"no run directories (with metrics/ and config.yaml) under {', '.join(map(str, dirs))}")
-    rows = summarize(runs)
+    rows = summarize(dirs, metric)
     console = console or Console(highlight=False)
-    console.print(f"{len(runs)} runs, {len(rows)} configs: {metric}, mean ± std over seeds")
-    common = set.intersection(*(set(r.config.split()) for r in rows))
-    if common:
-        console.print(f"common overrides: {' '.join(o for o in rows[0].config.split() if o in common)}")
+    console.print(f"{sum(r.n_seeds for r in rows)} runs, {len(rows)} configs: {metric}, mean ± std over seeds")
+    common = set.intersection(*(set(r.overrides.split()) for r in rows))
+    if common and len(rows) > 1:
+        console.print(f"common overrides: {' '.join(o for o in rows[0].overrides.split() if o in common)}")
     console.print(summary_table(rows))
     if out is not None:
         paths = write_summary(rows, out, metric)
@@ -58,7 +57,7 @@ class SweepSummary(Callback):
             return
         try:
             summarize_dirs([sweep_dir], out=sweep_dir)
-        except FileNotFoundError as e:  # e.g. every job failed before writing metrics
+        except ValueError as e:  # e.g. every job failed before writing metrics
             print(f"amago-summary: {e}", file=sys.stderr)
 
 
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False)
     try:
         summarize_dirs(args.dirs, args.metric, args.out, console)
-    except FileNotFoundError as e:
+    except ValueError as e:  # curves.CurveError: no such directory, no runs, ...
         print(f"amago-summary: {e}", file=sys.stderr)  # one unwrapped line
         return 2
     return 0

@@ -47,7 +47,7 @@ def _main(cfg: DictConfig) -> float:
     objective = cfg.get("objective", "final")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}")
-    from amago_app.logging.results import load_run  # heavy imports after Hydra has parsed --help / --cfg
+    from amago_app.logging.results import VAL_RETURN, load_run  # heavy imports after Hydra has parsed --help / --cfg
     from amago_app.trainer.run import train
 
     hc = HydraConfig.get()
@@ -57,7 +57,7 @@ def _main(cfg: DictConfig) -> float:
     run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
     value = None
     if (run_dir / "metrics" / "val.jsonl").is_file():  # only the main process writes metrics
-        run = load_run(run_dir)
+        run = load_run(run_dir, VAL_RETURN)
         value = run.best if objective == "best" else run.final
     # what a sweeper optimizes (Optuna marks a NaN trial as failed)
     return math.nan if value is None else float(value)

@@ -6,6 +6,7 @@ Every process runs its own actors and samples its own batches; gradients are ave
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from contextlib import nullcontext
@@ -24,13 +25,12 @@ from accelerate.utils import (
 )
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.data.files import atomic_write_bytes
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import MetricsLogger
+from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
-from amago_app.trainer.checkpoint import Checkpoints, rng_state, set_rng_state
 from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import Actors
 
@@ -86,6 +86,7 @@ class Trainer:
         self.recorder = TrajectoryRecorder(
             self.train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
             cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + self.rank,
+            writer_id=f"{hashlib.sha1(str(self.run_dir).encode()).hexdigest()[:6]}r{self.rank}",
         )
         self.exploration = build_exploration(cfg, self.train_envs, seed=cfg.seed * 1000 + self.rank)
         self.train_actors = Actors(self.train_envs, self.exploration, self.recorder,
@@ -337,6 +338,7 @@ class Trainer:
             self.logger.close()
         self.train_actors.close()
         self.val_actors.close()
+        self.dataset.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
@@ -414,6 +416,6 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
     from the horizon); `config.resolved.yaml` records the concrete values the run used.
     """
-    for name, resolve in (("config.yaml", False), ("config.resolved.yaml", True)):
+    for name, resolve in ((CONFIG_FILE, False), (RESOLVED_CONFIG_FILE, True)):
         text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
         atomic_write_bytes(run_dir / name, lambda f, text=text: f.write(text))

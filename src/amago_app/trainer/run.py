@@ -5,42 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
 from amago_app.config import setup
+from amago_app.config.overrides import apply_overrides
+from amago_app.rundir import CONFIG_FILE, find_training_state, run_dir_of_state
 from amago_app.trainer.loop import Trainer, save_config
-
-GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
-          "experiment", "hydra")
-
-
-def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[str] = ("resume",)) -> DictConfig:
-    """Apply command-line `key=value` / `+key=value` overrides to an already composed (saved) config.
-
-    Group choices (`env=gym`) cannot be applied to a saved run: that would be a different run.
-    """
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    for o in parsed:
-        key = o.key_or_group
-        if key in skip or key.startswith("hydra"):
-            continue
-        if key in GROUPS or o.package is not None:
-            raise ValueError(
-                f"cannot change config group '{key}' of a saved run ({o.input_line!r}); start a new run instead, "
-                "or override individual keys such as env.parallel_actors=4"
-            )
-        if o.is_delete():
-            with open_dict(cfg):
-                parent, _, leaf = key.rpartition(".")
-                node = OmegaConf.select(cfg, parent) if parent else cfg
-                node.pop(leaf, None)
-            continue
-        value = o.value()
-        with open_dict(cfg):
-            OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
-    return cfg
 
 
 def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -> dict:
@@ -51,7 +21,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
     if cfg.get("resume"):
         state_dir = find_training_state(cfg.resume)
         run_dir = run_dir_of_state(state_dir)
-        saved = OmegaConf.load(run_dir / "config.yaml")
+        saved = OmegaConf.load(run_dir / CONFIG_FILE)
         cfg = apply_overrides(saved, overrides)
         with open_dict(cfg):
             cfg.resume = str(state_dir)
