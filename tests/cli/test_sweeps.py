@@ -47,7 +47,7 @@ def test_submitit_local_launcher_runs_a_sweep_and_shares_a_wandb_group(tmp_path)
         assert len(_vals(job)) == 2  # the epoch-0 and the final validation
         assert (job / "ckpts" / "latest" / "policy.pt").is_file()
     # wandb: both jobs logged into one group named after the sweep directory
-    group = f"{sweep.parent.name}-{sweep.name}".encode()
+    group = f"{sweep.parent.name}/{sweep.name}".encode()
     for job in jobs:
         (run_file,) = list(job.glob("wandb/offline-run-*/*.wandb"))
         assert group in run_file.read_bytes()

@@ -14,7 +14,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from amago_app.config import config_dir, setup
 
@@ -34,25 +34,24 @@ def _ddp_env_from_submitit() -> None:
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
 
 
-def _sweep_group(cfg: DictConfig, hc) -> None:
-    """wandb: the jobs of one sweep share a group (the sweep directory) unless logger.group is set."""
-    if hc.mode == RunMode.MULTIRUN and cfg.logger.get("group") is None:
-        sweep = Path(hc.sweep.dir)
-        with open_dict(cfg):
-            cfg.logger.group = f"{sweep.parent.name}-{sweep.name}"
-
-
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def _main(cfg: DictConfig) -> float:
     objective = cfg.get("objective", "final")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}")
+    from amago_app.logging.metrics import sweep_job_names
     from amago_app.logging.results import VAL_RETURN, load_run  # heavy imports after Hydra has parsed --help / --cfg
     from amago_app.trainer.run import train
 
     hc = HydraConfig.get()
     _ddp_env_from_submitit()
-    _sweep_group(cfg, hc)
+    if hc.mode == RunMode.MULTIRUN and not cfg.get("resume"):
+        # wandb: the sweep's jobs share a group (the sweep directory) and are named by what the sweep chose
+        group, name = sweep_job_names(hc.sweep.dir, hc.job.num, list(hc.overrides.task), cfg.run_name)
+        if cfg.logger.group is None:
+            cfg.logger.group = group
+        if cfg.logger.get("name") is None:
+            cfg.logger.name = name
     result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
     run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
     value = None
