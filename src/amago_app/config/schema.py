@@ -537,6 +537,8 @@ class Config:
     """Training window (transitions) = rollout context of the memory."""
     resume: Optional[str] = None
     """A run directory (or ckpts/training_states/epoch_N) to continue exactly where it stopped."""
+    objective: str = "final"
+    """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
