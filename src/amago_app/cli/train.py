@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from amago_app.cli.errors import report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
@@ -16,11 +19,24 @@ def _main(cfg: DictConfig) -> float | None:
     from amago_app.trainer.run import train  # heavy imports after Hydra has parsed --help / --cfg
 
     hc = HydraConfig.get()
-    result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
+    with report_user_errors("amago-train"):
+        result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
     return result.get("val_return")  # the value a sweeper would optimize
 
 
+def _check_resume(args: list[str]) -> None:
+    """A bad `resume=` path fails here with one line: Hydra would resolve it inside `hydra.run.dir` first and
+    wrap the error in its own report."""
+    for arg in args:
+        if arg.startswith("resume=") and arg[len("resume="):] not in ("", "null") and "," not in arg:
+            from amago_app.rundir import find_training_state
+
+            find_training_state(arg[len("resume="):])
+
+
 def main() -> None:
+    with report_user_errors("amago-train"):
+        _check_resume(sys.argv[1:])
     _main()
 
 

@@ -44,6 +44,8 @@ class EnvConfig:
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
     """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    nan_to_num: bool = False
+    """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 
 
 # --- timestep encoders ------------------------------------------------------------------------------------

@@ -32,10 +32,11 @@ def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMA
         raise ValueError(f"env.mode={cfg.env.mode!r} is not one of {ENV_MODES}")
     return make_actors(
         env_factory(cfg.env, role),
-        num_actors or cfg.env.parallel_actors,
+        cfg.env.parallel_actors if num_actors is None else num_actors,
         mode=cfg.env.mode,
         mp_context=cfg.env.mp_context,
         step_timeout=cfg.env.step_timeout,
+        nan_to_num=bool(cfg.env.get("nan_to_num", False)),
     )
 
 

@@ -48,8 +48,10 @@ class Trainer:
         t = cfg.trainer
         if t.mixed_precision not in PRECISIONS:
             raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
-        if t.batch_size < 1 or t.train_batches_per_epoch < 0 or t.train_timesteps_per_epoch < 0:
-            raise ValueError("trainer.batch_size must be >= 1 and the per-epoch step counts >= 0")
+        for key, low in (("epochs", 0), ("batch_size", 1), ("batches_per_update", 1), ("train_batches_per_epoch", 0),
+                         ("train_timesteps_per_epoch", 0), ("val_timesteps_per_epoch", 0), ("log_interval", 1)):
+            if t.get(key) is not None and t.get(key) < low:
+                raise ValueError(f"trainer.{key}={t.get(key)} must be >= {low}")
         if t.threads:
             torch.set_num_threads(int(t.threads))
         self.cfg = cfg
