@@ -500,14 +500,25 @@ class TrainerConfig:
 @dataclass
 class LoggerConfig:
     wandb: bool = False
-    """Also log to Weights & Biases."""
+    """Also log to Weights & Biases (x-axis total_frames; gradient_steps for train-update/*)."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files to {run_dir}/tensorboard/ (needs the tensorboard package)."""
     project: Optional[str] = "${oc.env:AMAGO_WANDB_PROJECT,amago_app}"
+    """wandb project."""
     entity: Optional[str] = "${oc.env:AMAGO_WANDB_ENTITY,null}"
+    """wandb entity (user or team)."""
     group: Optional[str] = None
+    """wandb group (null: a sweep's jobs share their sweep directory as the group)."""
+    name: Optional[str] = None
+    """wandb run name (null: run_name, in a sweep '<run_name> #<job>: <the job's swept overrides>')."""
     mode: str = "online"
     """wandb mode: online | offline | disabled."""
     verbose: bool = True
-    """Live rich console."""
+    """Print to the console (epoch lines and progress); false = silent."""
+    console: str = "auto"
+    """auto (rich live bars on a terminal, plain full-width lines otherwise) | rich | plain."""
+    progress_interval: float = 60.0
+    """Plain console: seconds between progress lines (phase, steps, rate, run ETA)."""
 
 
 @dataclass

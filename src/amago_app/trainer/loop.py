@@ -7,6 +7,7 @@ Every process runs its own actors and samples its own batches; gradients are ave
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
 import time
 from contextlib import nullcontext
@@ -27,8 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.logging.console import RunConsole
-from amago_app.logging.metrics import MetricsLogger
+from amago_app.logging.console import RunConsole, success_summary
+from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
 from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
 from amago_app.trainer.modes import effective_config, has_edit_rights
@@ -62,11 +63,19 @@ class Trainer:
             # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
             # mode=reduce-overhead adds CUDA graphs on GPUs
             dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
+        log_with = None
+        if cfg.logger.get("tensorboard"):
+            if importlib.util.find_spec("tensorboard") is None:
+                raise ValueError("logger.tensorboard=true needs the tensorboard package: "
+                                 "pip install 'amago_app[tensorboard]'")
+            log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
         self.accelerator = Accelerator(
             cpu=t.cpu or not torch.cuda.is_available(),
             mixed_precision=t.mixed_precision,
             gradient_accumulation_steps=t.batches_per_update,
             dynamo_plugin=dynamo,
+            log_with=log_with,
+            project_dir=str(Path(run_dir).resolve()),
         )
         acc = self.accelerator
         self.rank, self.is_main = acc.process_index, acc.is_main_process
@@ -132,6 +141,7 @@ class Trainer:
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
         self.latest_source = Checkpoints(t.policy_from).latest if t.get("policy_from") else self.ckpts.latest
         self.logger: MetricsLogger | None = None
+        self.last_val_summary: dict[str, float] = {}
         self.console: RunConsole | None = None
 
     # --- set-up and logging -------------------------------------------------------------------------
@@ -141,15 +151,26 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         cfg = self.cfg
         wandb_cfg = None
+        config = OmegaConf.to_container(cfg, resolve=True)
         if cfg.logger.wandb:
             wandb_cfg = {"enabled": True, "project": cfg.logger.project, "entity": cfg.logger.entity,
-                         "group": cfg.logger.group, "mode": cfg.logger.mode, "id": self.run_id()}
+                         "group": cfg.logger.group, "name": cfg.logger.get("name"), "mode": cfg.logger.mode,
+                         "id": self.run_id()}
+        tracker = None
+        if self.accelerator.log_with:
+            # the main process's run directory (other ranks' trackers do nothing); hyperparameters for
+            # TensorBoard's HParams view
+            self.accelerator.project_configuration.set_directories(str(self.run_dir))
+            self.accelerator.project_configuration.logging_dir = str(self.run_dir)
+            self.accelerator.init_trackers(TENSORBOARD_DIR, config=flat_hparams(config))
+            tracker = self.accelerator
         self.logger = MetricsLogger(
             self.run_dir, enabled=self.is_main, wandb_cfg=wandb_cfg, run_name=cfg.run_name,
-            config=OmegaConf.to_container(cfg, resolve=True), start_time=time.time() - self.elapsed,
+            config=config, start_time=time.time() - self.elapsed, tracker=tracker,
         )
         self.console = RunConsole(enabled=self.is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
-                                  start_epoch=self.epoch)
+                                  start_epoch=self.epoch, mode=cfg.logger.get("console", "auto"),
+                                  progress_interval=cfg.logger.get("progress_interval", 60.0))
 
     def run_id(self) -> str:
         """A stable wandb id per run directory, so a resumed run continues the same wandb run."""
@@ -236,6 +257,7 @@ class Trainer:
             keys = {k for s in gathered for k in s}
             summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
         self.log("val", summary)
+        self.last_val_summary = summary
         return summary.get("Average Total Return (Across All Env Names)")
 
     def train_step(self, batch, log_step: bool) -> dict:
@@ -301,6 +323,7 @@ class Trainer:
                 if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
                     last_val = self.evaluate_val()
                     summary["val return"] = _fmt(last_val)
+                    summary.update(success_summary(self.last_val_summary))
                 if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
                     summary["env steps/s"] = f"{self.collect():,.0f}"
                 acc.wait_for_everyone()
@@ -327,7 +350,9 @@ class Trainer:
                 self.console.end_epoch(epoch, summary)
             if t.val_timesteps_per_epoch > 0 and t.val_interval:
                 last_val = self.evaluate_val()
-                self.console.print(f"final validation return [bold cyan]{_fmt(last_val)}[/]")
+                success = "".join(f"  {k[4:]} [bold cyan]{v}[/]"
+                                  for k, v in success_summary(self.last_val_summary).items())
+                self.console.print(f"final validation return [bold cyan]{_fmt(last_val)}[/]{success}")
         finally:
             self.close()
         return {"val_return": last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
@@ -338,6 +363,9 @@ class Trainer:
             self.console.close()
         if self.logger:
             self.logger.close()
+        for tracker in self.accelerator.trackers:  # (not end_training(): that also ends the process group)
+            tracker.finish()  # closes the TensorBoard writer
+        self.accelerator.trackers.clear()
         self.train_actors.close()
         self.val_actors.close()
         self.dataset.close()
