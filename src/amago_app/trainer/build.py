@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.config.schema import BUFFER_KINDS
 from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
-from amago_app.envs.actors import ENV_MODES, actor_seed, make_actors
+from amago_app.envs.vector import ENV_MODES, actor_seed, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 
 
@@ -30,7 +30,7 @@ def env_factory(env_cfg: DictConfig, role: str):
 def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMAGOEnv:
     if cfg.env.mode not in ENV_MODES:
         raise ValueError(f"env.mode={cfg.env.mode!r} is not one of {ENV_MODES}")
-    return make_actors(
+    return make_vector_env(
         env_factory(cfg.env, role),
         num_actors or cfg.env.parallel_actors,
         mode=cfg.env.mode,
