@@ -31,7 +31,7 @@ from amago_app.logging.metrics import MetricsLogger
 from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
 from amago_app.trainer.modes import effective_config, has_edit_rights
-from amago_app.trainer.rollout import Actors
+from amago_app.trainer.rollout import Rollout
 
 PRECISIONS = ("no", "bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
@@ -87,9 +87,9 @@ class Trainer:
             cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + self.rank,
         )
         self.exploration = build_exploration(cfg, self.train_envs, seed=cfg.seed * 1000 + self.rank)
-        self.train_actors = Actors(self.train_envs, self.exploration, self.recorder,
+        self.train_rollout = Rollout(self.train_envs, self.exploration, self.recorder,
                                    seed=env_seed(cfg, self.rank, "train"))
-        self.val_actors = Actors(self.val_envs, seed=env_seed(cfg, self.rank, "val"))
+        self.val_rollout = Rollout(self.val_envs, seed=env_seed(cfg, self.rank, "val"))
         self.loader = BatchLoader(
             self.dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
             cfg.buffer.fixed_length or bool(t.get("compile")),
@@ -192,10 +192,10 @@ class Trainer:
         steps = self.cfg.trainer.train_timesteps_per_epoch
         every = self.cfg.trainer.force_reset_train_envs_every
         if every and self.epoch > 0 and self.epoch % every == 0:
-            self.train_actors.reset(self.agent, self.device)
+            self.train_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         with self.console.phase("collect", steps * self.train_envs.num_envs, "env steps") as advance:
-            stats = self.train_actors.run(
+            stats = self.train_rollout.run(
                 self.agent, self.device, steps, sample=self.cfg.trainer.sample_actions_train,
                 autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
             )
@@ -216,10 +216,10 @@ class Trainer:
 
     def evaluate_val(self) -> float | None:
         t = self.cfg.trainer
-        self.val_actors.reset(self.agent, self.device)
+        self.val_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         with self.console.phase("validate", t.val_timesteps_per_epoch * self.val_envs.num_envs, "env steps") as adv:
-            stats = self.val_actors.run(
+            stats = self.val_rollout.run(
                 self.agent, self.device, t.val_timesteps_per_epoch, sample=t.sample_actions_val,
                 autocast=self.rollout_autocast, on_step=lambda n: adv(n * self.val_envs.num_envs),
             )
@@ -334,8 +334,8 @@ class Trainer:
             self.console.close()
         if self.logger:
             self.logger.close()
-        self.train_actors.close()
-        self.val_actors.close()
+        self.train_rollout.close()
+        self.val_rollout.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
@@ -389,7 +389,7 @@ class Trainer:
             print(f"warning: {rank_file} missing (saved with {main['num_processes']} processes); "
                   "this process starts fresh RNG and exploration state")
         # new tasks after a resume, reproducibly
-        self.train_actors.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
+        self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
 
     def load_latest_policy(self, tries: int = 10) -> None:
         path = self.latest_source
