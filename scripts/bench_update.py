@@ -89,7 +89,7 @@ def bench_loop(args, tmp: Path) -> dict:
         fps.append(trainer.collect())
         trainer.dataset.refresh()
         if trainer.dataset.ready_for_training:
-            ups.append(trainer.train_epoch())
+            ups.append(trainer.update())
     trainer.close()
     return {"bench": "loop", "updates_per_s": round(max(ups), 2), "env_steps_per_s": round(max(fps), 1)}
 

@@ -58,6 +58,13 @@ class RLDataset(ABC):
     def delete(self) -> None:
         """Remove the data this dataset owns."""
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the dataset's own progress (files on disk are not part of it)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict()` after a resume."""
+
 
 class DoNothingDataset(RLDataset):
     """Never ready and saves nothing: evaluation-only experiments."""
