@@ -420,7 +420,9 @@ class BufferConfig:
     stagger_traj_file_lengths: bool = True
     """Randomize split points so that no window offset is systematically missing."""
     save_trajs_as: str = "npz"
-    """npz | npz-compressed | traj."""
+    """npz | npz-compressed | traj (pickle: needs allow_pickle=true to be read back)."""
+    allow_pickle: bool = False
+    """Read pickle-based `.traj` buffer files. Unpickling runs code: enable only for files you trust."""
     padded_sampling: str = "none"
     """Window start distribution: none | both | left | right."""
     fixed_length: bool = False

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -84,7 +85,12 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
     root = Path(b.root) if b.root is not None else run_dir.parent
     name = b.name if b.name is not None else run_dir.name
     relabeler = build(b.relabeler) if b.relabeler is not None else None
-    return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb)
+    allow_pickle = bool(b.get("allow_pickle", False))
+    if b.save_trajs_as == "traj" and not allow_pickle:
+        raise ValueError("buffer.save_trajs_as=traj writes pickle files the run must read back: add "
+                         "buffer.allow_pickle=true (only for a buffer you trust) or use npz")
+    return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb,
+                      allow_pickle=allow_pickle)
 
 
 def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
@@ -156,12 +162,13 @@ def shared_run_dir(acc: Accelerator, run_dir: str | Path) -> Path:
     return shared
 
 
-def build_rollouts(cfg: DictConfig, rank: int) -> tuple[Rollout, Rollout]:
+def build_rollouts(cfg: DictConfig, rank: int, run_dir: Path) -> tuple[Rollout, Rollout]:
     """(training rollout with exploration and a trajectory recorder, validation rollout with neither)."""
     train_envs = build_envs(cfg, "train")
     recorder = TrajectoryRecorder(
         train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
         cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + rank,
+        writer_id=f"{hashlib.sha1(str(run_dir).encode()).hexdigest()[:6]}r{rank}",
     )
     exploration = build_exploration(cfg, train_envs, seed=cfg.seed * 1000 + rank)
     train = Rollout(train_envs, exploration, recorder, seed=env_seed(cfg, rank, "train"))

@@ -54,7 +54,7 @@ class Trainer:
         self.run_dir = shared_run_dir(acc, run_dir)
         set_seed(cfg.seed + self.rank)
 
-        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.rank)
+        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.rank, self.run_dir)
         self.train_envs, self.val_envs = self.train_rollout.envs, self.val_rollout.envs
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.dataset = build_buffer(cfg, self.run_dir)
@@ -270,6 +270,7 @@ class Trainer:
             self.logger.close()
         self.train_rollout.close()
         self.val_rollout.close()
+        self.dataset.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
