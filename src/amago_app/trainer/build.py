@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.envs.vector import ENV_MODES, actor_seed, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.logging.console import RunConsole
-from amago_app.logging.metrics import MetricsLogger
+from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
 from amago_app.trainer.rollout import Rollout
 
 PRECISIONS = ("no", "bf16", "fp16")
@@ -127,7 +128,7 @@ def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
 
 
 # --- the trainer's parts ---------------------------------------------------------------------------------
-def build_accelerator(cfg: DictConfig) -> Accelerator:
+def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
     """Checks the trainer options that `accelerate` consumes, sets the thread count, and builds the Accelerator."""
     t = cfg.trainer
     if t.mixed_precision not in PRECISIONS:
@@ -143,11 +144,19 @@ def build_accelerator(cfg: DictConfig) -> Accelerator:
         # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
         # mode=reduce-overhead adds CUDA graphs on GPUs
         dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
+    log_with = None
+    if cfg.logger.get("tensorboard"):
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("logger.tensorboard=true needs the tensorboard package: "
+                             "pip install 'amago_app[tensorboard]'")
+        log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
     return Accelerator(
         cpu=t.cpu or not torch.cuda.is_available(),
         mixed_precision=t.mixed_precision,
         gradient_accumulation_steps=t.batches_per_update,
         dynamo_plugin=dynamo,
+        log_with=log_with,
+        project_dir=str(Path(run_dir).resolve()),
     )
 
 
@@ -216,15 +225,26 @@ def run_id(run_dir: Path) -> str:
     return "".join(c for c in f"{run_dir.parent.name}-{run_dir.name}" if c.isalnum() or c in "-_")[-60:]
 
 
-def build_outputs(cfg: DictConfig, run_dir: Path, is_main: bool, elapsed: float, start_epoch: int):
+def build_outputs(cfg: DictConfig, acc: Accelerator, run_dir: Path, elapsed: float, start_epoch: int):
     """(metrics logger, console) of a run; both stay silent on processes other than the main one."""
+    is_main = acc.is_main_process
     wandb_cfg = None
+    config = OmegaConf.to_container(cfg, resolve=True)
     if cfg.logger.wandb:
         wandb_cfg = {"enabled": True, "project": cfg.logger.project, "entity": cfg.logger.entity,
-                     "group": cfg.logger.group, "mode": cfg.logger.mode, "id": run_id(run_dir)}
+                     "group": cfg.logger.group, "name": cfg.logger.get("name"), "mode": cfg.logger.mode,
+                     "id": run_id(run_dir)}
+    tracker = None
+    if acc.log_with:
+        # the main process's run directory (other ranks' trackers do nothing); hyperparameters for
+        # TensorBoard's HParams view
+        acc.project_configuration.set_directories(str(run_dir))
+        acc.project_configuration.logging_dir = str(run_dir)
+        acc.init_trackers(TENSORBOARD_DIR, config=flat_hparams(config))
+        tracker = acc
     logger = MetricsLogger(
         run_dir, enabled=is_main, wandb_cfg=wandb_cfg, run_name=cfg.run_name,
-        config=OmegaConf.to_container(cfg, resolve=True), start_time=time.time() - elapsed,
+        config=config, start_time=time.time() - elapsed, tracker=tracker,
     )
     console = RunConsole(enabled=is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
                          start_epoch=start_epoch)

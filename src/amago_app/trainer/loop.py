@@ -49,7 +49,7 @@ class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: str | Path):
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
-        self.accelerator = acc = build_accelerator(cfg)
+        self.accelerator = acc = build_accelerator(cfg, run_dir)
         self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
         self.run_dir = shared_run_dir(acc, run_dir)
         set_seed(cfg.seed + self.rank)
@@ -81,7 +81,7 @@ class Trainer:
         if self.is_main:
             self.ckpts.make_dirs()
         self.accelerator.wait_for_everyone()
-        self.logger, self.console = build_outputs(self.cfg, self.run_dir, self.is_main, self.elapsed, self.epoch)
+        self.logger, self.console = build_outputs(self.cfg, self.accelerator, self.run_dir, self.elapsed, self.epoch)
 
     def x_axes(self) -> dict[str, float]:
         axes = {"total_frames": self.total_frames, "epoch": self.epoch, "gradient_steps": self.gradient_steps}
@@ -268,6 +268,9 @@ class Trainer:
             self.console.close()
         if self.logger:
             self.logger.close()
+        for tracker in self.accelerator.trackers:  # (not end_training(): that also ends the process group)
+            tracker.finish()  # closes the TensorBoard writer
+        self.accelerator.trackers.clear()
         self.train_rollout.close()
         self.val_rollout.close()
         self.dataset.close()
