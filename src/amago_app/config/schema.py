@@ -512,7 +512,11 @@ class LoggerConfig:
     mode: str = "online"
     """wandb mode: online | offline | disabled."""
     verbose: bool = True
-    """Live rich console."""
+    """Print to the console (epoch lines and progress); false = silent."""
+    console: str = "auto"
+    """auto (rich live bars on a terminal, plain full-width lines otherwise) | rich | plain."""
+    progress_interval: float = 60.0
+    """Plain console: seconds between progress lines (phase, steps, rate, run ETA)."""
 
 
 @dataclass

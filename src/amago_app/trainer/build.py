@@ -247,5 +247,6 @@ def build_outputs(cfg: DictConfig, acc: Accelerator, run_dir: Path, elapsed: flo
         config=config, start_time=time.time() - elapsed, tracker=tracker,
     )
     console = RunConsole(enabled=is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
-                         start_epoch=start_epoch)
+                         start_epoch=start_epoch, mode=cfg.logger.get("console", "auto"),
+                         progress_interval=cfg.logger.get("progress_interval", 60.0))
     return logger, console

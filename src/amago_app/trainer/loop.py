@@ -17,7 +17,7 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.logging.console import RunConsole
+from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
 from amago_app.rundir import (
     CONFIG_FILE,
@@ -74,6 +74,7 @@ class Trainer:
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
         self.latest_source = Checkpoints(t.policy_from).latest if t.get("policy_from") else self.ckpts.latest
         self.logger: MetricsLogger | None = None
+        self.last_val_summary: dict[str, float] = {}
         self.console: RunConsole | None = None
 
     # --- set-up and logging -------------------------------------------------------------------------
@@ -159,6 +160,7 @@ class Trainer:
             keys = {k for s in gathered for k in s}
             summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
         self.log("val", summary)
+        self.last_val_summary = summary
         return summary.get("Average Total Return (Across All Env Names)")
 
     def store(self) -> None:
@@ -231,7 +233,9 @@ class Trainer:
                 self.run_epoch(started)
             if t.val_timesteps_per_epoch > 0 and t.val_interval:
                 self._last_val = self.validate()
-                self.console.print(f"final validation return [bold cyan]{_fmt(self._last_val)}[/]")
+                success = "".join(f"  {k[4:]} [bold cyan]{v}[/]"
+                                  for k, v in success_summary(self.last_val_summary).items())
+                self.console.print(f"final validation return [bold cyan]{_fmt(self._last_val)}[/]{success}")
         finally:
             self.close()
         return {"val_return": self._last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
@@ -246,6 +250,7 @@ class Trainer:
         if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
             self._last_val = self.validate()
             summary["val return"] = _fmt(self._last_val)
+            summary.update(success_summary(self.last_val_summary))
         if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
             summary["env steps/s"] = f"{self.collect():,.0f}"
         self.store()
