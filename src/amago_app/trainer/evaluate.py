@@ -26,7 +26,7 @@ from amago_app.config.overrides import GROUPS, apply_overrides
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.rundir import CONFIG_FILE, EVAL_DIR, atomic_write_bytes, locate
 from amago_app.trainer.build import build_agent, build_envs, env_seed
-from amago_app.trainer.rollout import Actors, RolloutStats
+from amago_app.trainer.rollout import Rollout, RolloutStats
 
 
 @dataclass
@@ -125,16 +125,16 @@ def evaluate(path: str | Path, args: Sequence[str] = (), console=None) -> dict:
     if opts.save_trajs_to:
         Path(opts.save_trajs_to).mkdir(parents=True, exist_ok=True)
         recorder = TrajectoryRecorder(envs.num_envs, cfg.max_seq_len, None, False, cfg.buffer.save_trajs_as)
-    actors = Actors(envs, recorder=recorder, seed=env_seed(cfg, 0, "test") + opts.seed)
+    rollout = Rollout(envs, recorder=recorder, seed=env_seed(cfg, 0, "test") + opts.seed)
     max_steps = opts.max_steps or 4 * cfg.trainer.val_timesteps_per_epoch * max(
         1, int(np.ceil(opts.episodes / envs.num_envs))
     )
     start = time.perf_counter()
     try:
-        stats = actors.run(agent, device, max_steps, sample=sample, episodes=opts.episodes,
+        stats = rollout.run(agent, device, max_steps, sample=sample, episodes=opts.episodes,
                            save_on_done_to=opts.save_trajs_to)
     finally:
-        actors.close()
+        rollout.close()
     summary = _summarize(stats, cfg, weights, sample, time.perf_counter() - start)
     out = Path(opts.output) if opts.output else run_dir / EVAL_DIR / f"eval_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Parallel actors: build the vector env behind `AMAGOEnv` for one of three modes.
+"""The vector env behind `AMAGOEnv` (one env per parallel actor), built for one of three modes.
 
 * `sync`: gymnasium `SyncVectorEnv`, in-process and sequential (cheap envs, debugging; best on 2 CPUs).
 * `async`: gymnasium `AsyncVectorEnv`, one worker process per actor; a crashed or hung worker raises in
@@ -58,7 +58,7 @@ def _named(make: Callable[[], gym.Env], nan_to_num: bool = False) -> Callable[[]
     return thunk
 
 
-def make_actors(
+def make_vector_env(
     make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
     num_actors: int,
     mode: str = "sync",
