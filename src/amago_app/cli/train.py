@@ -1,23 +1,52 @@
-"""`amago-train`: compose the config with Hydra, then train (or resume)."""
+"""`amago-train`: compose the config with Hydra, then train (or resume).
+
+The task function returns the run's objective (`objective=final|best` validation return) so that Hydra
+sweepers such as Optuna can optimize it. Under Hydra's submitit launcher a job with several tasks (SLURM
+`nodes x tasks_per_node`, or the local launcher's `tasks_per_node`) is one DDP run: each task is one rank.
+"""
 
 from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from amago_app.cli.errors import report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
 
+OBJECTIVES = ("final", "best")
+
+
+def _ddp_env_from_submitit() -> None:
+    """In a submitit job of several tasks, export RANK/WORLD_SIZE/MASTER_ADDR/... for torch.distributed."""
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return  # not a submitit job, or a launcher (torchrun) already set the ranks
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks > 1:
+        # every task sees all GPUs of its node; accelerate picks cuda:LOCAL_RANK
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
-def _main(cfg: DictConfig) -> float | None:
+def _main(cfg: DictConfig) -> float:
+    objective = cfg.get("objective", "final")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}")
     from amago_app.logging.metrics import sweep_job_names
-    from amago_app.trainer.run import train  # heavy imports after Hydra has parsed --help / --cfg
+    from amago_app.logging.results import VAL_RETURN, load_run  # heavy imports after Hydra has parsed --help / --cfg
+    from amago_app.trainer.run import train
 
     hc = HydraConfig.get()
+    _ddp_env_from_submitit()
     if hc.mode == RunMode.MULTIRUN and not cfg.get("resume"):
         # wandb: the sweep's jobs share a group (the sweep directory) and are named by what the sweep chose
         group, name = sweep_job_names(hc.sweep.dir, hc.job.num, list(hc.overrides.task), cfg.run_name)
@@ -25,11 +54,30 @@ def _main(cfg: DictConfig) -> float | None:
             cfg.logger.group = group
         if cfg.logger.get("name") is None:
             cfg.logger.name = name
-    result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
-    return result.get("val_return")  # the value a sweeper would optimize
+    with report_user_errors("amago-train"):
+        result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
+    run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
+    value = None
+    if (run_dir / "metrics" / "val.jsonl").is_file():  # only the main process writes metrics
+        run = load_run(run_dir, VAL_RETURN)
+        value = run.best if objective == "best" else run.final
+    # what a sweeper optimizes (Optuna marks a NaN trial as failed)
+    return math.nan if value is None else float(value)
+
+
+def _check_resume(args: list[str]) -> None:
+    """A bad `resume=` path fails here with one line: Hydra would resolve it inside `hydra.run.dir` first and
+    wrap the error in its own report."""
+    for arg in args:
+        if arg.startswith("resume=") and arg[len("resume="):] not in ("", "null") and "," not in arg:
+            from amago_app.rundir import find_training_state
+
+            find_training_state(arg[len("resume="):])
 
 
 def main() -> None:
+    with report_user_errors("amago-train"):
+        _check_resume(sys.argv[1:])
     _main()
 
 

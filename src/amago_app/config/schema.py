@@ -44,6 +44,8 @@ class EnvConfig:
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
     """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    nan_to_num: bool = False
+    """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 
 
 # --- timestep encoders ------------------------------------------------------------------------------------
@@ -358,27 +360,28 @@ class MultiTaskAgentConfig(AgentConfig):
 # --- exploration ------------------------------------------------------------------------------------------
 @dataclass
 class NoExplorationConfig:
-    _target_: str = f"{_P}.envs.exploration.NoExploration"
+    _target_: str = f"{_P}.trainer.exploration.NoExploration"
     _partial_: bool = True
 
 
 @dataclass
 class EpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.EpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.EpsilonGreedy"
     _partial_: bool = True
     eps_start: float = 1.0
     eps_end: float = 0.05
     steps_anneal: int = 1_000_000
-    """Steps per actor over which eps decays."""
+    """Steps per actor over which eps decays. The exploration options set it to half the run's steps per actor
+    (`${anneal_steps:epochs,train_timesteps_per_epoch,0.5}`); the paper presets set absolute values."""
     randomize_eps: bool = True
     """Each actor scales eps by its own m ~ U[0, 1), redrawn when its rollout ends."""
 
 
 @dataclass
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
-    _target_: str = f"{_P}.envs.exploration.CorridorEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
-    """Rollout length: eps is `corridor_eps` for 0 < t < horizon - decision_steps."""
+    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
     decision_steps: int = 3
     corridor_eps: Optional[float] = None
     """null = 0.5 / horizon."""
@@ -386,7 +389,7 @@ class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
 
 @dataclass
 class BilevelEpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.BilevelEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.BilevelEpsilonGreedy"
     _partial_: bool = True
     rollout_horizon: Any = MISSING
     """Rollout length over which eps decays from the start to the end schedule."""
@@ -540,6 +543,8 @@ class Config:
     """Training window (transitions) = rollout context of the memory."""
     resume: Optional[str] = None
     """A run directory (or ckpts/training_states/epoch_N) to continue exactly where it stopped."""
+    objective: str = "final"
+    """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
