@@ -117,6 +117,26 @@ class Checkpoints:
             atomic_torch_save(agent_state, self.weights / f"policy_epoch_{epoch}.pt")
         atomic_torch_save(agent_state, self.latest)
 
+    def save_training_state(self, epoch: int, rank: int, main: dict | None, own: dict,
+                            barrier: Callable[[], None], weights: dict | None = None) -> None:
+        """Every process calls this at the same point of the loop.
+
+        `main`: the state shared by all processes (agent, optimizer, ...), given by the main process only (None
+        on the others); `own`: this process's state (its RNGs are added here); `weights`: the agent's state
+        dict for `policy_weights/` and `latest/` (main process). The state becomes visible, complete, only when
+        the main process renames the staging directory after every process wrote.
+        """
+        if main is not None:  # creates the staging dir before the others write into it
+            self.write_main_state(epoch, main)
+        barrier()
+        self.write_rank_state(epoch, rank, {"rng": rng_state(), **own})
+        barrier()
+        if main is not None:
+            self.publish_state(epoch)
+            if weights is not None:
+                self.write_weights(epoch, weights, keep_epoch_copy=True)
+        barrier()
+
     # --- reading ------------------------------------------------------------------------------------
     def saved_epochs(self) -> list[int]:
         if not self.states.exists():
@@ -143,6 +163,22 @@ def find_training_state(path: str | os.PathLike) -> Path:
     raise FileNotFoundError(
         f"cannot resume from {path}: expected a run directory (with ckpts/), or ckpts/training_states/epoch_N"
     )
+
+
+def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, dict | None]:
+    """(shared state, this process's state or None) of a training state saved by `save_training_state`.
+
+    The process's RNGs are restored here. Its own file is missing when the run was saved with fewer processes;
+    the caller then starts that process's RNGs, exploration and recorder fresh.
+    """
+    state_dir = Path(state_dir)
+    main = torch.load(state_dir / "main.pt", map_location="cpu", weights_only=False)
+    rank_file = state_dir / f"rank{rank}.pt"
+    if not rank_file.exists():
+        return main, None
+    own = torch.load(rank_file, map_location="cpu", weights_only=False)
+    set_rng_state(own["rng"])
+    return main, own
 
 
 def run_dir_of_state(state_dir: Path) -> Path:

@@ -44,6 +44,8 @@ class EnvConfig:
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
     """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    nan_to_num: bool = False
+    """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 
 
 # --- timestep encoders ------------------------------------------------------------------------------------
@@ -130,9 +132,13 @@ class GRUTrajEncoderConfig:
     _target_: str = f"{_P}.nets.traj.gru.GRUTrajEncoder"
     _partial_: bool = True
     d_hidden: int = 256
+    """GRU hidden state size."""
     n_layers: int = 2
+    """Stacked GRU layers."""
     d_output: int = 256
+    """Size of the memory's output (a linear map of the last layer's hidden state)."""
     norm: Optional[str] = "layer"
+    """Norm of the output: layer, rmsnorm, unitball, unitball-detach, hypersphere, simnorm, none."""
 
 
 @dataclass
@@ -354,13 +360,13 @@ class MultiTaskAgentConfig(AgentConfig):
 # --- exploration ------------------------------------------------------------------------------------------
 @dataclass
 class NoExplorationConfig:
-    _target_: str = f"{_P}.envs.exploration.NoExploration"
+    _target_: str = f"{_P}.trainer.exploration.NoExploration"
     _partial_: bool = True
 
 
 @dataclass
 class EpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.EpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.EpsilonGreedy"
     _partial_: bool = True
     eps_start: float = 1.0
     eps_end: float = 0.05
@@ -373,7 +379,7 @@ class EpsilonGreedyConfig:
 
 @dataclass
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
-    _target_: str = f"{_P}.envs.exploration.CorridorEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
     """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
     decision_steps: int = 3
@@ -383,7 +389,7 @@ class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
 
 @dataclass
 class BilevelEpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.BilevelEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.BilevelEpsilonGreedy"
     _partial_: bool = True
     rollout_horizon: Any = MISSING
     """Rollout length over which eps decays from the start to the end schedule."""

@@ -62,6 +62,13 @@ class RLDataset(ABC):
     def close(self) -> None:
         """Release what the dataset holds (locks, files); called when training ends."""
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the dataset's own progress (files on disk are not part of it)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict()` after a resume."""
+
 
 class DoNothingDataset(RLDataset):
     """Never ready and saves nothing: evaluation-only experiments."""

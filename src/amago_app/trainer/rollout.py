@@ -1,7 +1,8 @@
-"""Interaction: a set of actors plus the policy state that follows them (hidden state, exploration).
+"""Interaction: a `Rollout` is a vector env (one env per parallel actor) plus the policy state that follows it
+(hidden state, exploration, the recorder of finished trajectories).
 
-Training actors are reset once and run on across epochs with a persistent hidden state; validation and test
-actors are reset before each evaluation and start from a fresh hidden state with no exploration.
+The training rollout is reset once and runs on across epochs with a persistent hidden state; validation and
+test rollouts are reset before each evaluation and start from a fresh hidden state with no exploration.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.data.timestep import Timestep
-from amago_app.envs.exploration import Exploration
+from amago_app.trainer.exploration import Exploration
 from amago_app.envs.wrapper import AMAGOEnv
 
 
@@ -61,8 +62,8 @@ def timestep_tensors(ts: Timestep, device: torch.device):
     return obs, rl2, time_idx
 
 
-class Actors:
-    """Envs + the policy state that travels with them."""
+class Rollout:
+    """A vector env + the policy state that travels with it."""
 
     def __init__(self, envs: AMAGOEnv, exploration: Exploration | None = None,
                  recorder: TrajectoryRecorder | None = None, seed: int | None = None):
