@@ -37,6 +37,15 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[st
                 node.pop(leaf, None)
             continue
         value = o.value()
+        if not (o.is_add() or o.is_force_add()) and not _has_key(cfg, key):
+            raise ValueError(f"{key} is not a key of the saved run's config ({o.input_line!r} would be ignored); "
+                             f"check the spelling, or add a new key with +{o.input_line}")
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
     return cfg
+
+
+def _has_key(cfg: DictConfig, key: str) -> bool:
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    return OmegaConf.is_dict(node) and leaf in node

@@ -44,6 +44,8 @@ class EnvConfig:
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
     """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    nan_to_num: bool = False
+    """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 
 
 # --- timestep encoders ------------------------------------------------------------------------------------
@@ -130,9 +132,13 @@ class GRUTrajEncoderConfig:
     _target_: str = f"{_P}.nets.traj.gru.GRUTrajEncoder"
     _partial_: bool = True
     d_hidden: int = 256
+    """GRU hidden state size."""
     n_layers: int = 2
+    """Stacked GRU layers."""
     d_output: int = 256
+    """Size of the memory's output (a linear map of the last layer's hidden state)."""
     norm: Optional[str] = "layer"
+    """Norm of the output: layer, rmsnorm, unitball, unitball-detach, hypersphere, simnorm, none."""
 
 
 @dataclass

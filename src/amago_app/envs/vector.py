@@ -48,12 +48,12 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
         self.close(terminate=True)
 
 
-def _named(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
+def _named(make: Callable[[], gym.Env], nan_to_num: bool = False) -> Callable[[], gym.Env]:
     def thunk():
         env = make()
         if not isinstance(env, gym.Env):
             raise TypeError(f"env factory {make!r} returned {type(env).__name__}, expected a gymnasium.Env")
-        return ReportEnvName(env)
+        return ReportEnvName(env, nan_to_num=nan_to_num)
 
     return thunk
 
@@ -64,6 +64,7 @@ def make_vector_env(
     mode: str = "sync",
     mp_context: str | None = None,
     step_timeout: float | None = 300.0,
+    nan_to_num: bool = False,
 ) -> AMAGOEnv:
     """`num_actors` envs behind one `AMAGOEnv`."""
     if mode not in ENV_MODES:
@@ -82,7 +83,7 @@ def make_vector_env(
     makers = list(make_env) if isinstance(make_env, (list, tuple)) else [make_env] * num_actors
     if len(makers) != num_actors:
         raise ValueError(f"got {len(makers)} env factories for parallel_actors={num_actors}")
-    fns = [_named(m) for m in makers]
+    fns = [_named(m, nan_to_num) for m in makers]
     if mode == "sync":
         vec = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     else:

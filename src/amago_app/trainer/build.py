@@ -50,10 +50,11 @@ def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMA
         raise ValueError(f"env.mode={cfg.env.mode!r} is not one of {ENV_MODES}")
     return make_vector_env(
         env_factory(cfg.env, role),
-        num_actors or cfg.env.parallel_actors,
+        cfg.env.parallel_actors if num_actors is None else num_actors,
         mode=cfg.env.mode,
         mp_context=cfg.env.mp_context,
         step_timeout=cfg.env.step_timeout,
+        nan_to_num=bool(cfg.env.get("nan_to_num", False)),
     )
 
 
@@ -139,8 +140,10 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
     t = cfg.trainer
     if t.mixed_precision not in PRECISIONS:
         raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
-    if t.batch_size < 1 or t.train_batches_per_epoch < 0 or t.train_timesteps_per_epoch < 0:
-        raise ValueError("trainer.batch_size must be >= 1 and the per-epoch step counts >= 0")
+    for key, low in (("epochs", 0), ("batch_size", 1), ("batches_per_update", 1), ("train_batches_per_epoch", 0),
+                     ("train_timesteps_per_epoch", 0), ("val_timesteps_per_epoch", 0), ("log_interval", 1)):
+        if t.get(key) is not None and t.get(key) < low:
+            raise ValueError(f"trainer.{key}={t.get(key)} must be >= {low}")
     if t.get("compile_mode") not in COMPILE_MODES:
         raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
     if t.threads:

@@ -66,10 +66,30 @@ def split_overrides(args: Sequence[str]) -> tuple[EvalOptions, list[str]]:
     rest = []
     for o in OverridesParser.create().parse_overrides(list(args)):
         if o.key_or_group in EvalOptions.__dataclass_fields__:
-            setattr(opts, o.key_or_group, o.value())
+            setattr(opts, o.key_or_group, _checked_option(o.key_or_group, o.value()))
         else:
             rest.append(o.input_line)
     return opts, rest
+
+
+#: option -> (accepted types, lowest value for numbers, may be null)
+_OPTION_TYPES = {"episodes": (int, 1, False), "max_steps": (int, 1, True), "sample": (bool, None, True),
+                 "parallel_actors": (int, 1, True), "save_trajs_to": (str, None, True), "output": (str, None, True),
+                 "seed": (int, None, False), "cpu": (bool, None, False)}
+
+
+def _checked_option(name: str, value):
+    kind, low, nullable = _OPTION_TYPES[name]
+    if value is None and nullable:
+        return None
+    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)  # output=123 is a file name
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok or (low is not None and value < low):
+        what = {int: "an integer", bool: "true or false", str: "a path"}[kind]
+        bound = f" >= {low}" if low is not None else ""
+        raise ValueError(f"{name}={value!r} must be {what}{bound}")
+    return value
 
 
 def eval_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
