@@ -132,9 +132,13 @@ class GRUTrajEncoderConfig:
     _target_: str = f"{_P}.nets.traj.gru.GRUTrajEncoder"
     _partial_: bool = True
     d_hidden: int = 256
+    """GRU hidden state size."""
     n_layers: int = 2
+    """Stacked GRU layers."""
     d_output: int = 256
+    """Size of the memory's output (a linear map of the last layer's hidden state)."""
     norm: Optional[str] = "layer"
+    """Norm of the output: layer, rmsnorm, unitball, unitball-detach, hypersphere, simnorm, none."""
 
 
 @dataclass

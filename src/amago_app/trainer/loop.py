@@ -108,7 +108,6 @@ class Trainer:
     def describe(self) -> None:
         if not self.console or not self.console.enabled:
             return
-        a = self.agent
         n_params = sum(p.numel() for p in self.params)
         c = self.cfg
         self.console.print(
@@ -116,9 +115,7 @@ class Trainer:
             f"  env {c.env.name}: {self.train_envs.num_envs} x {self.accelerator.num_processes} actors ({c.env.mode}), "
             f"obs {dict((k, v.shape) for k, v in self.train_envs.observation_space.items())}, "
             f"actions {self.train_envs.action_space}\n"
-            f"  agent {type(a).__name__}: {type(a.tstep_encoder).__name__} -> {type(a.traj_encoder).__name__} "
-            f"(max_seq_len {c.max_seq_len}), {n_params:,} trainable parameters, {a.num_gammas} gammas, "
-            f"{a.num_critics} critics, online {a.online_coeff} / offline {a.offline_coeff}\n"
+            f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{c.trainer.mixed_precision}, torch threads {torch.get_num_threads()}\n"
             f"  buffer {self.dataset.get_description()}"
