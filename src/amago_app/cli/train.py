@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 import hydra
@@ -16,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from amago_app.cli.errors import report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
@@ -52,7 +54,8 @@ def _main(cfg: DictConfig) -> float:
             cfg.logger.group = group
         if cfg.logger.get("name") is None:
             cfg.logger.name = name
-    result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
+    with report_user_errors("amago-train"):
+        result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
     run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
     value = None
     if (run_dir / "metrics" / "val.jsonl").is_file():  # only the main process writes metrics
@@ -62,7 +65,19 @@ def _main(cfg: DictConfig) -> float:
     return math.nan if value is None else float(value)
 
 
+def _check_resume(args: list[str]) -> None:
+    """A bad `resume=` path fails here with one line: Hydra would resolve it inside `hydra.run.dir` first and
+    wrap the error in its own report."""
+    for arg in args:
+        if arg.startswith("resume=") and arg[len("resume="):] not in ("", "null") and "," not in arg:
+            from amago_app.rundir import find_training_state
+
+            find_training_state(arg[len("resume="):])
+
+
 def main() -> None:
+    with report_user_errors("amago-train"):
+        _check_resume(sys.argv[1:])
     _main()
 
 

@@ -44,6 +44,8 @@ class EnvConfig:
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
     """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    nan_to_num: bool = False
+    """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 
 
 # --- timestep encoders ------------------------------------------------------------------------------------
@@ -130,9 +132,13 @@ class GRUTrajEncoderConfig:
     _target_: str = f"{_P}.nets.traj.gru.GRUTrajEncoder"
     _partial_: bool = True
     d_hidden: int = 256
+    """GRU hidden state size."""
     n_layers: int = 2
+    """Stacked GRU layers."""
     d_output: int = 256
+    """Size of the memory's output (a linear map of the last layer's hidden state)."""
     norm: Optional[str] = "layer"
+    """Norm of the output: layer, rmsnorm, unitball, unitball-detach, hypersphere, simnorm, none."""
 
 
 @dataclass
@@ -354,27 +360,28 @@ class MultiTaskAgentConfig(AgentConfig):
 # --- exploration ------------------------------------------------------------------------------------------
 @dataclass
 class NoExplorationConfig:
-    _target_: str = f"{_P}.envs.exploration.NoExploration"
+    _target_: str = f"{_P}.trainer.exploration.NoExploration"
     _partial_: bool = True
 
 
 @dataclass
 class EpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.EpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.EpsilonGreedy"
     _partial_: bool = True
     eps_start: float = 1.0
     eps_end: float = 0.05
     steps_anneal: int = 1_000_000
-    """Steps per actor over which eps decays."""
+    """Steps per actor over which eps decays. The exploration options set it to half the run's steps per actor
+    (`${anneal_steps:epochs,train_timesteps_per_epoch,0.5}`); the paper presets set absolute values."""
     randomize_eps: bool = True
     """Each actor scales eps by its own m ~ U[0, 1), redrawn when its rollout ends."""
 
 
 @dataclass
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
-    _target_: str = f"{_P}.envs.exploration.CorridorEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
-    """Rollout length: eps is `corridor_eps` for 0 < t < horizon - decision_steps."""
+    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
     decision_steps: int = 3
     corridor_eps: Optional[float] = None
     """null = 0.5 / horizon."""
@@ -382,7 +389,7 @@ class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
 
 @dataclass
 class BilevelEpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.BilevelEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.BilevelEpsilonGreedy"
     _partial_: bool = True
     rollout_horizon: Any = MISSING
     """Rollout length over which eps decays from the start to the end schedule."""
@@ -480,6 +487,9 @@ class TrainerConfig:
     learning_rate: float = 1e-4
     lr_warmup_steps: int = 500
     grad_clip: float = 1.0
+    max_nonfinite_updates: int = 10
+    """Updates in a row with a non-finite loss or gradient (each one skipped and counted) before the run stops
+    with an error naming the last good checkpoint."""
     l2_coeff: float = 1e-3
     mixed_precision: str = "no"
     """no | bf16 | fp16."""
@@ -536,6 +546,9 @@ class Config:
     """Training window (transitions) = rollout context of the memory."""
     resume: Optional[str] = None
     """A run directory (or ckpts/training_states/epoch_N) to continue exactly where it stopped."""
+    allow_targets: list = field(default_factory=list)
+    """`_target_` patterns (fnmatch, e.g. `my_pkg.*`) trusted in a config read from a run directory (resume,
+    amago-eval) besides `amago_app.*`; any other target there is refused, since instantiating it runs code."""
     objective: str = "final"
     """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
 
