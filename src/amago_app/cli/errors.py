@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
 
+from amago_app.rundir import RunDirError
+
 EXIT_USER_ERROR = 2
 
 
@@ -21,7 +23,7 @@ class UserError(Exception):
     """A refused action with a one-line explanation (the message says what to do instead)."""
 
 
-USER_ERRORS = (UserError, ValueError, FileNotFoundError, NotADirectoryError, ImportError, ConfigKeyError,
+USER_ERRORS = (UserError, RunDirError, FloatingPointError, ValueError, FileNotFoundError, NotADirectoryError, ImportError, ConfigKeyError,
                MissingMandatoryValue, ValidationError)
 
 

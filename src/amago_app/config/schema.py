@@ -490,6 +490,9 @@ class TrainerConfig:
     learning_rate: float = 1e-4
     lr_warmup_steps: int = 500
     grad_clip: float = 1.0
+    max_nonfinite_updates: int = 10
+    """Updates in a row with a non-finite loss or gradient (each one skipped and counted) before the run stops
+    with an error naming the last good checkpoint."""
     l2_coeff: float = 1e-3
     mixed_precision: str = "no"
     """no | bf16 | fp16."""
@@ -546,6 +549,9 @@ class Config:
     """Training window (transitions) = rollout context of the memory."""
     resume: Optional[str] = None
     """A run directory (or ckpts/training_states/epoch_N) to continue exactly where it stopped."""
+    allow_targets: list = field(default_factory=list)
+    """`_target_` patterns (fnmatch, e.g. `my_pkg.*`) trusted in a config read from a run directory (resume,
+    amago-eval) besides `amago_app.*`; any other target there is refused, since instantiating it runs code."""
     objective: str = "final"
     """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
 

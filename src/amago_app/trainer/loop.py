@@ -8,7 +8,8 @@ is built by `trainer/build.py`; the checkpoint files are written and read by `am
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,14 @@ from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from amago_app.logging.console import RunConsole, success_summary
-from amago_app.logging.metrics import MetricsLogger
+from amago_app.logging.metrics import MetricsLogger, rollback_jsonl
 from amago_app.rundir import (
     CONFIG_FILE,
+    EPOCH_DIR,
     RESOLVED_CONFIG_FILE,
     Checkpoints,
     atomic_write_bytes,
+    crash_point,
     load_training_state,
 )
 from amago_app.trainer.build import (
@@ -41,6 +44,14 @@ from amago_app.trainer.modes import effective_config, has_edit_rights
 
 def _fmt(x: float | None) -> str:
     return "--" if x is None else f"{x:.3g}"
+
+
+class TrainingDiverged(FloatingPointError):
+    """Updates kept producing non-finite numbers; the message names the last good checkpoint."""
+
+
+def _all_finite(state: dict) -> bool:
+    return all(torch.isfinite(v).all() for v in state.values() if torch.is_tensor(v) and v.is_floating_point())
 
 
 class Trainer:
@@ -69,6 +80,8 @@ class Trainer:
         self.total_frames = 0
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
+        self.nonfinite_skipped = 0  # updates skipped for a non-finite loss or gradient (all time)
+        self.nonfinite_in_a_row = 0
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
@@ -125,6 +138,7 @@ class Trainer:
                 autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
             )
         fps = steps * self.train_envs.num_envs / max(time.perf_counter() - start, 1e-9)
+        crash_point("collect")
         self.recorder.flush(self.dataset.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
         merged = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
@@ -173,6 +187,7 @@ class Trainer:
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
         batch = batch.to(self.device)
+        skip = False
         with acc.accumulate(self.model):
             loss, metrics = self.model(batch, log_step)
             acc.backward(loss)
@@ -182,16 +197,55 @@ class Trainer:
                 norm = acc.clip_grad_norm_(self.params, self.cfg.trainer.grad_clip)
                 if log_step:
                     metrics["Grad Norm (before clip)"] = norm
-            self.optimizer.step()
+                skip = self._nonfinite(loss, norm)
+            if not skip:
+                self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        if acc.sync_gradients:
+        if skip:
+            self.nonfinite_skipped += 1
+            self.nonfinite_in_a_row += 1
+            limit = self.cfg.trainer.get("max_nonfinite_updates", 10)
+            if limit and self.nonfinite_in_a_row >= limit:
+                raise self._diverged(f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss or gradient "
+                                     f"(trainer.max_nonfinite_updates={limit})")
+        elif acc.sync_gradients:
+            self.nonfinite_in_a_row = 0
             self.agent.update_targets()  # after the optimizer step, so targets track the new weights
             self.scheduler.step()
             self.gradient_steps += 1
         if log_step:
+            metrics["Non-finite Updates Skipped"] = self.nonfinite_skipped
             metrics["Loss"] = loss.detach()
             metrics["Learning Rate"] = self.scheduler.get_last_lr()[0]
         return metrics
+
+    def _nonfinite(self, loss: torch.Tensor, grad_norm) -> bool:
+        """Whether this update must be skipped: a non-finite loss (on any process) or gradient norm. fp16 runs
+        leave it to the gradient scaler, which skips overflowing steps itself and lowers its scale."""
+        if self.cfg.trainer.mixed_precision == "fp16":
+            return False
+        bad = torch.stack([~torch.isfinite(loss.detach().float()),
+                           ~torch.isfinite(torch.as_tensor(grad_norm, device=loss.device).float())]).any().float()
+        if self.accelerator.num_processes > 1:  # every process must take the same decision
+            bad = self.accelerator.reduce(bad.reshape(1), reduction="sum")
+        return bool(bad.item() > 0)
+
+    def _diverged(self, why: str) -> TrainingDiverged:
+        good = self.ckpts.latest_state_dir()
+        where = (f"the last good checkpoint is {good} (resume=<it> with e.g. a lower trainer.learning_rate)"
+                 if good is not None else "no good checkpoint was saved")
+        return TrainingDiverged(f"training stopped at epoch {self.epoch}: {why}; {where}")
+
+    @contextmanager
+    def _blame_divergence(self):
+        """A rollout failing right after skipped non-finite updates fails because of them: say so."""
+        try:
+            yield
+        except Exception as e:
+            if self.nonfinite_in_a_row:
+                raise self._diverged(f"the policy fails after {self.nonfinite_in_a_row} non-finite updates in a row "
+                                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+            raise
 
     @torch.no_grad()
     def _grad_norms(self) -> dict[str, torch.Tensor]:
@@ -211,6 +265,7 @@ class Trainer:
             for batch in self.loader.epoch(self.epoch, t.train_batches_per_epoch):
                 log_step = self.gradient_steps % t.log_interval == 0
                 metrics = self.train_step(batch, log_step)
+                crash_point("update")
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)
                 advance(1)
@@ -245,11 +300,13 @@ class Trainer:
         if t.always_load_latest:
             self.load_latest_policy()
         if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
-            self._last_val = self.validate()
+            with self._blame_divergence():
+                self._last_val = self.validate()
             summary["val return"] = _fmt(self._last_val)
             summary.update(success_summary(self.last_val_summary))
         if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
-            summary["env steps/s"] = f"{self.collect():,.0f}"
+            with self._blame_divergence():
+                summary["env steps/s"] = f"{self.collect():,.0f}"
         self.store()
         if t.get("mode") == "learn" and not self.dataset.ready_for_training:
             time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
@@ -286,16 +343,27 @@ class Trainer:
 
     def counters(self) -> dict:
         return {"epoch": self.epoch, "gradient_steps": self.gradient_steps, "total_frames": self.total_frames,
-                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed}
+                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed,
+                "nonfinite_skipped": self.nonfinite_skipped}
 
     def checkpoint(self, epoch: int) -> None:
         """Save the training state when it is due (every `ckpt_interval` epochs and after the last one)."""
         t = self.cfg.trainer
         last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
-        if (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch:
+        due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch
+        if (due or t.always_save_latest) and not self._healthy():
+            if self.is_main:
+                warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "
+                              f"{self.nonfinite_in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
+            return
+        if due:
             self.save_checkpoint(epoch)
         if t.always_save_latest and self.is_main:
             self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
+
+    def _healthy(self) -> bool:
+        """Never save non-finite weights, nor weights whose latest updates went non-finite."""
+        return self.nonfinite_in_a_row == 0 and _all_finite(self.agent.state_dict())
 
     def save_checkpoint(self, epoch: int) -> None:
         main = None
@@ -318,8 +386,25 @@ class Trainer:
         c = main["counters"]
         self.epoch, self.gradient_steps, self.total_frames = c["epoch"], c["gradient_steps"], c["total_frames"]
         self.frames_per_env, self.elapsed = dict(c["frames_per_env"]), c["elapsed"]
+        self.nonfinite_skipped = int(c.get("nonfinite_skipped", 0))
+        if self.is_main:
+            # this state is the timeline now: newer states, later metric rows and buffer files are abandoned
+            match = EPOCH_DIR.match(Path(state_dir).name)
+            if match:
+                moved = self.ckpts.abandon_newer_than(int(match.group(1)))
+                if moved:
+                    warnings.warn(f"resuming from {Path(state_dir).name}: newer training states renamed to {moved}",
+                                  stacklevel=2)
+            rollback_jsonl(self.run_dir, self.epoch)
+            if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
+                e = int(match.group(1))
+                has_copy = (self.ckpts.weights / f"policy_epoch_{e}.pt").exists()
+                self.ckpts.write_weights(e, self._weights(), keep_epoch_copy=not has_copy)
         if own is not None:
             self.recorder.load_state_dict(own["recorder"])
+            remove_unsaved = getattr(self.dataset, "remove_unsaved", None)
+            if remove_unsaved is not None and self.recorder.writer_id is not None:
+                remove_unsaved(self.recorder.writer_id, self.recorder.files_written)
             if self.exploration is not None and own["exploration"] is not None:
                 self.exploration.load_state_dict(own["exploration"])
             if own.get("dataset") is not None:
