@@ -75,7 +75,23 @@ def _check_resume(args: list[str]) -> None:
             find_training_state(arg[len("resume="):])
 
 
+def _exit_with_launcher() -> None:
+    """A worker started by `torchrun` / `accelerate launch` dies with its launcher, even when the launcher is
+    SIGKILLed and cannot stop it: the kernel sends this process SIGKILL when its parent exits (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux") or not ("TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before the request was in place
+        os._exit(1)
+
+
 def main() -> None:
+    _exit_with_launcher()
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
     _main()

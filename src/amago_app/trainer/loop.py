@@ -396,6 +396,10 @@ class Trainer:
                     warnings.warn(f"resuming from {Path(state_dir).name}: newer training states renamed to {moved}",
                                   stacklevel=2)
             rollback_jsonl(self.run_dir, self.epoch)
+            if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
+                e = int(match.group(1))
+                has_copy = (self.ckpts.weights / f"policy_epoch_{e}.pt").exists()
+                self.ckpts.write_weights(e, self._weights(), keep_epoch_copy=not has_copy)
         if own is not None:
             self.recorder.load_state_dict(own["recorder"])
             remove_unsaved = getattr(self.dataset, "remove_unsaved", None)
