@@ -92,11 +92,13 @@ def test_a_custom_agent_trains_checkpoints_resumes_and_evaluates(tmp_path):
     saved = torch.load(Checkpoints(run_dir).latest, weights_only=True)
     assert int(saved["target_updates"]) == 4
 
-    # resume continues the counters of the saved state with the same custom class
-    out = train(compose_config([f"resume={run_dir}"], tiny=False), run_dir, overrides=["trainer.epochs=3"])
+    # resume continues the counters of the saved state with the same custom class (a saved config's targets
+    # outside amago_app need the user's explicit allow_targets)
+    allow = f"allow_targets=[{__name__}.*]"
+    out = train(compose_config([f"resume={run_dir}", allow], tiny=False), run_dir, overrides=["trainer.epochs=3"])
     assert out["gradient_steps"] == 6
 
-    summary = evaluate(run_dir, ["episodes=2", "max_steps=20"])
+    summary = evaluate(run_dir, ["episodes=2", "max_steps=20", allow])
     assert summary["episodes"] >= 2
 
 
