@@ -377,6 +377,7 @@ class Trainer:
                     "scheduler": self.scheduler.state_dict(), "counters": self.counters(),
                     "num_processes": self.accelerator.num_processes}
         own = {"recorder": self.recorder.state_dict(),
+               "train_rollout": self.train_rollout.state_dict(), "val_rollout": self.val_rollout.state_dict(False),
                "exploration": self.exploration.state_dict() if self.exploration else None,
                "dataset": self.dataset.state_dict()}
         self.ckpts.save_training_state(epoch, self.rank, main, own, barrier=self.accelerator.wait_for_everyone,
@@ -417,8 +418,17 @@ class Trainer:
         elif self.is_main:
             print(f"warning: rank{self.rank}.pt missing in {state_dir} (saved with {main['num_processes']} "
                   "processes); this process starts fresh RNG and exploration state")
-        # new tasks after a resume, reproducibly
-        self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
+        exact = False
+        if own is not None and own.get("train_rollout") is not None:
+            exact = self.train_rollout.load_state_dict(own["train_rollout"], self.agent, self.device)
+            self.val_rollout.load_state_dict(own["val_rollout"], self.agent, self.device)
+        if not exact:
+            # the envs cannot continue their episodes: new tasks after a resume, reproducibly
+            self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
+            if self.is_main and own is not None and own.get("train_rollout") is not None:
+                warnings.warn("the training envs cannot save their state (no get_state/set_state, see "
+                              "amago_app.envs.state): they restart with new episodes, so this resume is not an exact "
+                              "continuation", stacklevel=2)
 
     def load_latest_policy(self, tries: int = 10) -> None:
         path = self.latest_source
