@@ -1,4 +1,4 @@
-"""`AMAGOEnv`: the environment contract of spec 01 over a batch of E envs.
+"""`AMAGOEnv`: the environment contract (docs/design.md) over a batch of E envs.
 
 It wraps any gymnasium vector env whose autoreset mode is SAME_STEP (our sync/async actors, or a user's
 already-vectorized env) and speaks in `Timestep`s:

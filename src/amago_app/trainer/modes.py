@@ -1,4 +1,4 @@
-"""Separate collect and learn processes (`trainer.mode=collect|learn`, spec 02 §8).
+"""Separate collect and learn processes (`trainer.mode=collect|learn`).
 
 Processes that share `buffer.root` / `buffer.name` communicate only through files: collectors write rollouts
 into the buffer's FIFO and reload the learner's `ckpts/latest/policy.pt` every epoch; the learner samples the

@@ -204,7 +204,4 @@ class MazeRunner(SavesState, gym.Env):
         return self._obs(), reward, terminated, False, info
 
 
-# name used by the original project
-MazeRunnerAMAGOEnv = MazeRunner
-
-__all__ = ["MazeRunner", "MazeRunnerAMAGOEnv", "generate_maze", "NOOP", "WEST", "NORTH", "EAST", "SOUTH"]
+__all__ = ["MazeRunner", "generate_maze", "NOOP", "WEST", "NORTH", "EAST", "SOUTH"]

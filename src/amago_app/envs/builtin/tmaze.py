@@ -159,8 +159,4 @@ class TMazeActive(_TMaze):
         super().__init__(corridor_length, oracle_length=1, penalty=penalty, goal_reward=goal_reward)
 
 
-# names used by the original project
-TMazeAltPassive = TMazePassive
-TMazeAltActive = TMazeActive
-
-__all__ = ["TMazePassive", "TMazeActive", "TMazeAltPassive", "TMazeAltActive", "RIGHT", "UP", "LEFT", "DOWN"]
+__all__ = ["TMazePassive", "TMazeActive", "RIGHT", "UP", "LEFT", "DOWN"]
