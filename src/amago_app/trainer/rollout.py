@@ -143,14 +143,14 @@ class Rollout:
                 state["hidden"] = hidden_to_state(self.hidden)
         return state
 
-    def load_state_dict(self, state: dict, agent, device) -> bool:
+    def load_state_dict(self, state: dict, agent: BaseAgent, device: torch.device) -> bool:
         """Restore `state_dict()`; returns whether the rollout continues mid-episode (else it resets next run)."""
         self.seed = state["seed"]
         if state.get("envs") is None:
             self._started = False
             return False
         self.envs.set_state(state["envs"])
-        template = agent.traj_encoder.init_hidden_state(self.num_envs, device)
+        template = agent.init_hidden_state(self.num_envs, device)
         self.hidden = hidden_from_state(template, state["hidden"], device)
         self._started = True
         return True
