@@ -92,15 +92,18 @@ def test_a_custom_agent_trains_checkpoints_resumes_and_evaluates(tmp_path):
     saved = torch.load(Checkpoints(run_dir).latest, weights_only=True)
     assert int(saved["target_updates"]) == 4
 
-    # resume continues the counters of the saved state with the same custom class
-    out = train(compose_config([f"resume={run_dir}"], tiny=False), run_dir, overrides=["trainer.epochs=3"])
+    # resume continues the counters of the saved state with the same custom class (a saved config's targets
+    # outside amago_app need the user's explicit allow_targets)
+    allow = f"allow_targets=[{__name__}.*]"
+    out = train(compose_config([f"resume={run_dir}", allow], tiny=False), run_dir, overrides=["trainer.epochs=3"])
     assert out["gradient_steps"] == 6
 
-    summary = evaluate(run_dir, ["episodes=2", "max_steps=20"])
+    summary = evaluate(run_dir, ["episodes=2", "max_steps=20", allow])
     assert summary["episodes"] >= 2
 
 
 def test_an_agent_class_outside_the_contract_fails_with_one_clear_line(tmp_path):
     cfg = compose_config(SMALL[:1] + [f"agent._target_={__name__}.NotAnAgent"] + SMALL[3:], tiny=False)
-    with pytest.raises(TypeError, match="does not implement amago_app.agents.base.BaseAgent"):
+    with pytest.raises(ValueError, match="does not implement amago_app.agents.base.BaseAgent") as e:
         Trainer(cfg, tmp_path / "run")
+    assert "\n" not in str(e.value)
