@@ -150,8 +150,8 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
     log_with = None
     if cfg.logger.get("tensorboard"):
         if importlib.util.find_spec("tensorboard") is None:
-            raise ValueError("logger.tensorboard=true needs the tensorboard package: "
-                             "pip install 'amago_app[tensorboard]'")
+            raise ValueError("logger.tensorboard=true needs the tensorboard package: pip install "
+                             "'amago_app[tensorboard]' (from a clone: EXTRAS=tensorboard bash scripts/setup.sh)")
         log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
     return Accelerator(
         cpu=t.cpu or not torch.cuda.is_available(),
