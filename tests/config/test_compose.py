@@ -26,6 +26,7 @@ NEEDS = {
                                  "+traj_encoder.d_hidden=16"],
     ("tstep_encoder", "custom"): ["tstep_encoder._target_=amago_app.nets.tstep.FFTstepEncoder",
                                   "+tstep_encoder.d_output=16"],
+    ("agent", "custom"): ["agent._target_=amago_app.agents.agent.Agent"],
     ("env", "custom"): ["env.make._target_=amago_app.envs.builtin.tmaze.TMazePassive", "+env.make.corridor_length=3"],
     # built-in rulesets: the named XLand benchmarks are downloaded on first use
     ("env", "xland"): ["env.make.benchmark=toy", "env.make.max_steps=20"],

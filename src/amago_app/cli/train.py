@@ -75,9 +75,37 @@ def _check_resume(args: list[str]) -> None:
             find_training_state(arg[len("resume="):])
 
 
+def _exit_with_launcher() -> None:
+    """A worker started by `torchrun` / `accelerate launch` dies with its launcher, even when the launcher is
+    SIGKILLed and cannot stop it: the kernel sends this process SIGKILL when its parent exits (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux") or not ("TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before the request was in place
+        os._exit(1)
+
+
+def _check_composition(args: list[str]) -> None:
+    """Compose once up front so that a bad override or group option fails with one line (Hydra's own report
+    spans several). Runs with Hydra flags (-m, --cfg, --help, ...) are left to Hydra."""
+    if any(a.startswith("-") for a in args):
+        return
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        compose("config", overrides=[a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))])
+
+
 def main() -> None:
+    _exit_with_launcher()
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
+        _check_composition(sys.argv[1:])
     _main()
 
 

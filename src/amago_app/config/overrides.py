@@ -6,6 +6,7 @@ Fresh runs get their overrides from Hydra's composition; a saved run is already 
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -15,7 +16,8 @@ GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffe
           "experiment", "hydra")
 
 
-def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[str] = ("resume",)) -> DictConfig:
+def apply_overrides(cfg: DictConfig, overrides: Sequence[str],
+                    skip: Sequence[str] = ("resume", "allow_targets")) -> DictConfig:
     """Apply command-line `key=value` / `+key=value` overrides to an already composed (saved) config.
 
     Group choices (`env=gym`) cannot be applied to a saved run: that would be a different run.
@@ -49,3 +51,38 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
     return OmegaConf.is_dict(node) and leaf in node
+
+
+TRUSTED_TARGETS = ("amago_app.*",)
+
+
+def check_targets(cfg: DictConfig, allowed: Sequence[str] = (), source: str = "the saved config") -> None:
+    """Refuse `_target_`s outside `amago_app.` and the user's `allowed` patterns in a config read from disk.
+
+    A run directory may come from anywhere; `_target_: os.system` (or `torch.load` of a crafted file) would run
+    code the moment the config is instantiated, so only targets the user vouches for are instantiated.
+    """
+    patterns = list(TRUSTED_TARGETS) + [str(p) for p in (allowed or [])]
+
+    def walk(node, path):
+        if OmegaConf.is_dict(node):
+            for key in node.keys():
+                child_path = f"{path}.{key}" if path else str(key)
+                if key == "_target_":
+                    try:
+                        target = str(node[key])  # what instantiate would import (interpolations resolved)
+                    except Exception:  # noqa: BLE001 - an unresolvable target is judged by its raw text
+                        target = str(node._get_node(key)._value())
+                    if not any(fnmatchcase(target, p) for p in patterns):
+                        module = target.split(".")[0]
+                        raise ValueError(
+                            f"{source} has _target_ {target!r} at {path or '<root>'}, outside amago_app: refused "
+                            f"because instantiating it runs code; if you trust it, add allow_targets=[{module}.*]"
+                        )
+                else:
+                    walk(node._get_node(key), child_path)
+        elif OmegaConf.is_list(node):
+            for i, item in enumerate(node._iter_ex(resolve=False)):
+                walk(item, f"{path}[{i}]")
+
+    walk(cfg, "")

@@ -1,7 +1,11 @@
 """Structured config schemas, one per config group, registered in Hydra's ConfigStore under `schema/<group>/<name>`.
 
 Every YAML option of a group starts its defaults list with one of these, so a typo in a YAML file or an
-override fails at composition time with the key's name. Components that need sizes only known at run time
+override fails at composition time with the key's name.
+
+One home per default: a component's defaults are its class's signature defaults. The schema repeats them (Hydra
+needs typed fields; `--help` shows their docstrings) and tests/config/test_defaults.py fails when the two differ;
+an option's YAML file states only what that option changes (e.g. the CPU-sized widths of the default memory). Components that need sizes only known at run time
 (observation/action spaces, `max_seq_len`) are `_partial_: true`; the trainer completes them. Swap any part
 with `group._target_=my_pkg.MyClass` and add its extra keys with `+group.key=value`.
 """
@@ -205,13 +209,10 @@ def _dist(name: str, **params) -> Any:
 
 
 @dataclass
-class ActorConfig:
-    """agent/actor=mlp: MLP actor head."""
+class ActorHeadConfig:
+    """What every actor head shares: the policy distributions (one per action-space kind)."""
 
-    _target_: str = f"{_P}.nets.heads.actor.Actor"
     _partial_: bool = True
-    n_layers: int = 2
-    d_hidden: int = 256
     activation: str = "leaky_relu"
     dropout_p: float = 0.0
     continuous_dist_type: Any = _dist("TanhGaussian")
@@ -224,21 +225,23 @@ class ActorConfig:
 
 
 @dataclass
-class ResidualActorConfig:
+class ActorConfig(ActorHeadConfig):
+    """agent/actor=mlp: MLP actor head."""
+
+    _target_: str = f"{_P}.nets.heads.actor.Actor"
+    n_layers: int = 2
+    d_hidden: int = 256
+
+
+@dataclass
+class ResidualActorConfig(ActorHeadConfig):
     """agent/actor=residual: Linear -> residual FF blocks -> Linear."""
 
     _target_: str = f"{_P}.nets.heads.actor.ResidualActor"
-    _partial_: bool = True
     feature_dim: int = 256
     residual_ff_dim: int = 512
     residual_blocks: int = 2
     normalization: Optional[str] = "layer"
-    activation: str = "leaky_relu"
-    dropout_p: float = 0.0
-    continuous_dist_type: Any = _dist("TanhGaussian")
-    """See agent/actor=mlp."""
-    discrete_dist_type: Any = _dist("Discrete", clip_prob_low=0.001, clip_prob_high=0.99)
-    multibinary_dist_type: Any = _dist("Multibinary")
 
 
 @dataclass
@@ -471,7 +474,18 @@ class TrainerConfig:
     mode: str = "both"
     """both (collect and learn) | collect (actors only: reload the learner's latest weights each epoch, never
     trim) | learn (updates only: no env steps, owns FIFO trimming). Run one learner and any number of collectors
-    on the same buffer.root/buffer.name."""
+    on the same buffer.root/buffer.name. | async: one command starts `collectors` collector processes and the
+    learner on this run's buffer, held to `utd_ratio`."""
+    collectors: int = 2
+    """mode=async: collector processes, each with env.parallel_actors actors of its own."""
+    collector_threads: int = 1
+    """mode=async: torch threads per collector (the learner uses trainer.threads)."""
+    utd_ratio: Optional[float] = None
+    """mode=async: gradient steps per env step of all collectors; the learner waits rather than exceed it.
+    null = the ratio of mode=both: train_batches_per_epoch / (train_timesteps_per_epoch x env.parallel_actors)."""
+    utd_slack: Optional[int] = None
+    """mode=async: collectors pause while their data is more than this many gradient steps ahead of the
+    learner (at utd_ratio); null = train_batches_per_epoch."""
     policy_from: Optional[str] = None
     """mode=collect: the learner's run directory whose ckpts/latest/policy.pt is reloaded (null = this run's)."""
     start_learning_at_epoch: int = 0
@@ -487,6 +501,9 @@ class TrainerConfig:
     learning_rate: float = 1e-4
     lr_warmup_steps: int = 500
     grad_clip: float = 1.0
+    max_nonfinite_updates: int = 10
+    """Updates in a row with a non-finite loss or gradient (each one skipped and counted) before the run stops
+    with an error naming the last good checkpoint."""
     l2_coeff: float = 1e-3
     mixed_precision: str = "no"
     """no | bf16 | fp16."""
@@ -543,6 +560,9 @@ class Config:
     """Training window (transitions) = rollout context of the memory."""
     resume: Optional[str] = None
     """A run directory (or ckpts/training_states/epoch_N) to continue exactly where it stopped."""
+    allow_targets: list = field(default_factory=list)
+    """`_target_` patterns (fnmatch, e.g. `my_pkg.*`) trusted in a config read from a run directory (resume,
+    amago-eval) besides `amago_app.*`; any other target there is refused, since instantiating it runs code."""
     objective: str = "final"
     """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
 

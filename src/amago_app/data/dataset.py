@@ -161,6 +161,25 @@ class DiskBuffer(RLDataset):
     def ready_for_training(self) -> bool:
         return len(self._all_files) > self.min_size
 
+    def remove_unsaved(self, writer_id: str, files_written: int) -> int:
+        """Resume: delete this writer's FIFO files numbered `files_written` and later. They were written after the
+        checkpoint being resumed (by the run that crashed or was abandoned); the resumed run writes them anew."""
+        removed = 0
+        for path in self._list(self.fifo_dir):
+            parts = Path(path).name.split("_")
+            if len(parts) < 3 or not parts[1].startswith(writer_id + "-"):
+                continue
+            try:
+                seq = int(parts[1][len(writer_id) + 1:])
+            except ValueError:
+                continue
+            if seq >= files_written:
+                Path(path).unlink(missing_ok=True)
+                removed += 1
+        if removed:
+            self.refresh()
+        return removed
+
     def owns_trimming(self) -> bool:
         """Whether this process is the buffer's trimming owner (takes ownership if nobody holds it)."""
         if self._owner_fd is not None:

@@ -17,6 +17,7 @@ from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin, b
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from amago_app.agents.base import BaseAgent
 from amago_app.config.schema import BUFFER_KINDS
 from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
 from amago_app.data.loader import BatchLoader
@@ -61,11 +62,12 @@ def env_seed(cfg: DictConfig, rank: int, role: str, epoch: int = 0) -> int:
     return actor_seed(cfg.seed + 7919 * epoch, rank, role)
 
 
-def build_agent(cfg: DictConfig, envs: AMAGOEnv):
+def build_agent(cfg: DictConfig, envs: AMAGOEnv) -> BaseAgent:
+    """The configured agent class, called as `agents/base.py` describes."""
     if cfg.max_seq_len < 1:
         raise ValueError(f"max_seq_len must be >= 1, got {cfg.max_seq_len}")
     make_agent = build(cfg.agent)
-    return make_agent(
+    agent = make_agent(
         obs_space=envs.observation_space,
         rl2_dim=1 + envs.action_dim,
         action_space=envs.action_space,
@@ -73,6 +75,10 @@ def build_agent(cfg: DictConfig, envs: AMAGOEnv):
         tstep_encoder=build(cfg.tstep_encoder),
         traj_encoder=build(cfg.traj_encoder),
     )
+    if not isinstance(agent, BaseAgent):
+        raise ValueError(f"agent._target_ built a {type(agent).__name__}, which does not implement "
+                         "amago_app.agents.base.BaseAgent (subclass it: its docstring is the agent contract)")
+    return agent
 
 
 def build_exploration(cfg: DictConfig, envs: AMAGOEnv, seed: int):
@@ -203,7 +209,8 @@ def lr_warmup(warmup_steps: int):
     return lambda step: min((step + 1) / warmup, 1.0) if warmup else 1.0
 
 
-def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv):
+def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv
+                  ) -> tuple[torch.nn.Module, BaseAgent, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """(model, agent, optimizer, scheduler): `model` is what the update calls (DDP and/or torch.compile wrapped),
     `agent` the plain module behind it that rollouts, checkpoints and state-dict keys use."""
     t = cfg.trainer
@@ -216,7 +223,7 @@ def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv):
     # stepped once per gradient step by the loop (not by accelerate, which would step it once per process)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_warmup(t.lr_warmup_steps))
     # DDP options depend on the agent (unused critics under plain BC), known only now; prepare() reads this
-    acc.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=not agent.needs_critic,
+    acc.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=agent.has_unused_parameters,
                                                     broadcast_buffers=False)
     model, optimizer = acc.prepare(agent, optimizer)
     unwrapped = acc.unwrap_model(model)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -22,9 +22,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
-from amago_app.config.overrides import GROUPS, apply_overrides
+from amago_app.config.overrides import GROUPS, apply_overrides, check_targets
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.rundir import CONFIG_FILE, EVAL_DIR, atomic_write_bytes, locate
+from amago_app.rundir import CONFIG_FILE, EVAL_DIR, atomic_write_bytes, locate, read_checkpoint
 from amago_app.trainer.build import build_agent, build_envs, env_seed
 from amago_app.trainer.rollout import Rollout, RolloutStats
 
@@ -44,10 +44,12 @@ class EvalOptions:
     """Where to write the JSON summary (default: {run_dir}/eval/eval_{time}.json)."""
     seed: int = 0
     cpu: bool = False
+    allow_targets: list = field(default_factory=list)
+    """`_target_` patterns of the run's config to trust besides amago_app.* (e.g. [my_pkg.*])."""
 
 
 def load_weights(agent: torch.nn.Module, weights: Path) -> None:
-    state = torch.load(weights, map_location="cpu", weights_only=False)
+    state = read_checkpoint(weights)  # weights_only: a crafted file cannot run code
     if isinstance(state, dict) and "agent" in state and "optimizer" in state:  # a training state
         state = state["agent"]
     try:
@@ -75,27 +77,33 @@ def split_overrides(args: Sequence[str]) -> tuple[EvalOptions, list[str]]:
 #: option -> (accepted types, lowest value for numbers, may be null)
 _OPTION_TYPES = {"episodes": (int, 1, False), "max_steps": (int, 1, True), "sample": (bool, None, True),
                  "parallel_actors": (int, 1, True), "save_trajs_to": (str, None, True), "output": (str, None, True),
-                 "seed": (int, None, False), "cpu": (bool, None, False)}
+                 "seed": (int, None, False), "cpu": (bool, None, False), "allow_targets": (list, None, False)}
 
 
 def _checked_option(name: str, value):
     kind, low, nullable = _OPTION_TYPES[name]
     if value is None and nullable:
         return None
+    if kind is list and isinstance(value, str):
+        value = [value]
     if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)  # output=123 is a file name
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok or (low is not None and value < low):
-        what = {int: "an integer", bool: "true or false", str: "a path"}[kind]
+        what = {int: "an integer", bool: "true or false", str: "a path", list: "a list like [my_pkg.*]"}[kind]
         bound = f" >= {low}" if low is not None else ""
         raise ValueError(f"{name}={value!r} must be {what}{bound}")
     return value
 
 
-def eval_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
-    """The run's saved config with overrides; `env=<option>` swaps in that env config group."""
+def eval_config(run_dir: Path, overrides: Sequence[str], allow_targets: Sequence[str] = ()) -> DictConfig:
+    """The run's saved config with overrides; `env=<option>` swaps in that env config group.
+
+    The saved config's `_target_`s must lie under `amago_app.` or match `allow_targets` (it may come from anyone).
+    """
     setup()
     cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    check_targets(cfg, allow_targets, source=str(run_dir / CONFIG_FILE))
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     group_choices = [o for o in parsed if o.key_or_group in GROUPS]
     others = [o.input_line for o in parsed if o.key_or_group not in GROUPS]
@@ -115,7 +123,7 @@ def eval_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
 def evaluate(path: str | Path, args: Sequence[str] = (), console=None) -> dict:
     opts, overrides = split_overrides(args)
     run_dir, weights = locate(path)
-    cfg = eval_config(run_dir, overrides)
+    cfg = eval_config(run_dir, overrides, opts.allow_targets)
     device = torch.device("cuda" if torch.cuda.is_available() and not opts.cpu else "cpu")
     envs = build_envs(cfg, "test", num_actors=opts.parallel_actors)
     agent = build_agent(cfg, envs).to(device)

@@ -8,7 +8,8 @@ is built by `trainer/build.py`; the checkpoint files are written and read by `am
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,14 @@ from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from amago_app.logging.console import RunConsole, success_summary
-from amago_app.logging.metrics import MetricsLogger
+from amago_app.logging.metrics import MetricsLogger, rollback_jsonl
 from amago_app.rundir import (
     CONFIG_FILE,
+    EPOCH_DIR,
     RESOLVED_CONFIG_FILE,
     Checkpoints,
     atomic_write_bytes,
+    crash_point,
     load_training_state,
 )
 from amago_app.trainer.build import (
@@ -43,25 +46,38 @@ def _fmt(x: float | None) -> str:
     return "--" if x is None else f"{x:.3g}"
 
 
+class TrainingDiverged(FloatingPointError):
+    """Updates kept producing non-finite numbers; the message names the last good checkpoint."""
+
+
+def _all_finite(state: dict) -> bool:
+    return all(torch.isfinite(v).all() for v in state.values() if torch.is_tensor(v) and v.is_floating_point())
+
+
 class Trainer:
     """One run: the parts built by `trainer/build.py`, the counters, and the epoch loop over them."""
 
-    def __init__(self, cfg: DictConfig, run_dir: str | Path):
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, actor_rank: int | None = None):
+        """`actor_rank` seeds and names this process's actors, RNG and buffer files: the DDP rank by default;
+        the collector processes of trainer.mode=async use 1 + their index (the learner is 0)."""
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
         self.accelerator = acc = build_accelerator(cfg, run_dir)
         self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
+        self.actor_rank = self.rank if actor_rank is None else actor_rank
         self.run_dir = shared_run_dir(acc, run_dir)
-        set_seed(cfg.seed + self.rank)
+        set_seed(cfg.seed + self.actor_rank)
 
-        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.rank, self.run_dir)
+        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.actor_rank, self.run_dir)
         self.train_envs, self.val_envs = self.train_rollout.envs, self.val_rollout.envs
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.dataset = build_buffer(cfg, self.run_dir)
         self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
-        self.loader = build_loader(cfg, self.dataset, self.rank, self.device)
+        self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
+        if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
+            set_seed(cfg.seed + self.actor_rank)
 
         # counters (all checkpointed)
         self.epoch = 0
@@ -69,6 +85,8 @@ class Trainer:
         self.total_frames = 0
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
+        self.nonfinite_skipped = 0  # updates skipped for a non-finite loss or gradient (all time)
+        self.nonfinite_in_a_row = 0
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
@@ -95,7 +113,6 @@ class Trainer:
     def describe(self) -> None:
         if not self.console or not self.console.enabled:
             return
-        a = self.agent
         n_params = sum(p.numel() for p in self.params)
         c = self.cfg
         self.console.print(
@@ -103,9 +120,7 @@ class Trainer:
             f"  env {c.env.name}: {self.train_envs.num_envs} x {self.accelerator.num_processes} actors ({c.env.mode}), "
             f"obs {dict((k, v.shape) for k, v in self.train_envs.observation_space.items())}, "
             f"actions {self.train_envs.action_space}\n"
-            f"  agent {type(a).__name__}: {type(a.tstep_encoder).__name__} -> {type(a.traj_encoder).__name__} "
-            f"(max_seq_len {c.max_seq_len}), {n_params:,} trainable parameters, {a.num_gammas} gammas, "
-            f"{a.num_critics} critics, online {a.online_coeff} / offline {a.offline_coeff}\n"
+            f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{c.trainer.mixed_precision}, torch threads {torch.get_num_threads()}\n"
             f"  buffer {self.dataset.get_description()}"
@@ -128,6 +143,7 @@ class Trainer:
                 autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
             )
         fps = steps * self.train_envs.num_envs / max(time.perf_counter() - start, 1e-9)
+        crash_point("collect")
         self.recorder.flush(self.dataset.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
         merged = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
@@ -176,6 +192,7 @@ class Trainer:
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
         batch = batch.to(self.device)
+        skip = False
         with acc.accumulate(self.model):
             loss, metrics = self.model(batch, log_step)
             acc.backward(loss)
@@ -185,16 +202,55 @@ class Trainer:
                 norm = acc.clip_grad_norm_(self.params, self.cfg.trainer.grad_clip)
                 if log_step:
                     metrics["Grad Norm (before clip)"] = norm
-            self.optimizer.step()
+                skip = self._nonfinite(loss, norm)
+            if not skip:
+                self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        if acc.sync_gradients:
+        if skip:
+            self.nonfinite_skipped += 1
+            self.nonfinite_in_a_row += 1
+            limit = self.cfg.trainer.get("max_nonfinite_updates", 10)
+            if limit and self.nonfinite_in_a_row >= limit:
+                raise self._diverged(f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss or gradient "
+                                     f"(trainer.max_nonfinite_updates={limit})")
+        elif acc.sync_gradients:
+            self.nonfinite_in_a_row = 0
             self.agent.update_targets()  # after the optimizer step, so targets track the new weights
             self.scheduler.step()
             self.gradient_steps += 1
         if log_step:
+            metrics["Non-finite Updates Skipped"] = self.nonfinite_skipped
             metrics["Loss"] = loss.detach()
             metrics["Learning Rate"] = self.scheduler.get_last_lr()[0]
         return metrics
+
+    def _nonfinite(self, loss: torch.Tensor, grad_norm) -> bool:
+        """Whether this update must be skipped: a non-finite loss (on any process) or gradient norm. fp16 runs
+        leave it to the gradient scaler, which skips overflowing steps itself and lowers its scale."""
+        if self.cfg.trainer.mixed_precision == "fp16":
+            return False
+        bad = torch.stack([~torch.isfinite(loss.detach().float()),
+                           ~torch.isfinite(torch.as_tensor(grad_norm, device=loss.device).float())]).any().float()
+        if self.accelerator.num_processes > 1:  # every process must take the same decision
+            bad = self.accelerator.reduce(bad.reshape(1), reduction="sum")
+        return bool(bad.item() > 0)
+
+    def _diverged(self, why: str) -> TrainingDiverged:
+        good = self.ckpts.latest_state_dir()
+        where = (f"the last good checkpoint is {good} (resume=<it> with e.g. a lower trainer.learning_rate)"
+                 if good is not None else "no good checkpoint was saved")
+        return TrainingDiverged(f"training stopped at epoch {self.epoch}: {why}; {where}")
+
+    @contextmanager
+    def _blame_divergence(self):
+        """A rollout failing right after skipped non-finite updates fails because of them: say so."""
+        try:
+            yield
+        except Exception as e:
+            if self.nonfinite_in_a_row:
+                raise self._diverged(f"the policy fails after {self.nonfinite_in_a_row} non-finite updates in a row "
+                                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+            raise
 
     @torch.no_grad()
     def _grad_norms(self) -> dict[str, torch.Tensor]:
@@ -214,6 +270,7 @@ class Trainer:
             for batch in self.loader.epoch(self.epoch, t.train_batches_per_epoch):
                 log_step = self.gradient_steps % t.log_interval == 0
                 metrics = self.train_step(batch, log_step)
+                crash_point("update")
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)
                 advance(1)
@@ -248,11 +305,13 @@ class Trainer:
         if t.always_load_latest:
             self.load_latest_policy()
         if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
-            self._last_val = self.validate()
+            with self._blame_divergence():
+                self._last_val = self.validate()
             summary["val return"] = _fmt(self._last_val)
             summary.update(success_summary(self.last_val_summary))
         if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
-            summary["env steps/s"] = f"{self.collect():,.0f}"
+            with self._blame_divergence():
+                summary["env steps/s"] = f"{self.collect():,.0f}"
         self.store()
         if t.get("mode") == "learn" and not self.dataset.ready_for_training:
             time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
@@ -289,16 +348,27 @@ class Trainer:
 
     def counters(self) -> dict:
         return {"epoch": self.epoch, "gradient_steps": self.gradient_steps, "total_frames": self.total_frames,
-                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed}
+                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed,
+                "nonfinite_skipped": self.nonfinite_skipped}
 
     def checkpoint(self, epoch: int) -> None:
         """Save the training state when it is due (every `ckpt_interval` epochs and after the last one)."""
         t = self.cfg.trainer
         last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
-        if (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch:
+        due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch
+        if (due or t.always_save_latest) and not self._healthy():
+            if self.is_main:
+                warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "
+                              f"{self.nonfinite_in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
+            return
+        if due:
             self.save_checkpoint(epoch)
         if t.always_save_latest and self.is_main:
             self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
+
+    def _healthy(self) -> bool:
+        """Never save non-finite weights, nor weights whose latest updates went non-finite."""
+        return self.nonfinite_in_a_row == 0 and _all_finite(self.agent.state_dict())
 
     def save_checkpoint(self, epoch: int) -> None:
         main = None
@@ -307,6 +377,7 @@ class Trainer:
                     "scheduler": self.scheduler.state_dict(), "counters": self.counters(),
                     "num_processes": self.accelerator.num_processes}
         own = {"recorder": self.recorder.state_dict(),
+               "train_rollout": self.train_rollout.state_dict(), "val_rollout": self.val_rollout.state_dict(False),
                "exploration": self.exploration.state_dict() if self.exploration else None,
                "dataset": self.dataset.state_dict()}
         self.ckpts.save_training_state(epoch, self.rank, main, own, barrier=self.accelerator.wait_for_everyone,
@@ -321,8 +392,25 @@ class Trainer:
         c = main["counters"]
         self.epoch, self.gradient_steps, self.total_frames = c["epoch"], c["gradient_steps"], c["total_frames"]
         self.frames_per_env, self.elapsed = dict(c["frames_per_env"]), c["elapsed"]
+        self.nonfinite_skipped = int(c.get("nonfinite_skipped", 0))
+        if self.is_main:
+            # this state is the timeline now: newer states, later metric rows and buffer files are abandoned
+            match = EPOCH_DIR.match(Path(state_dir).name)
+            if match:
+                moved = self.ckpts.abandon_newer_than(int(match.group(1)))
+                if moved:
+                    warnings.warn(f"resuming from {Path(state_dir).name}: newer training states renamed to {moved}",
+                                  stacklevel=2)
+            rollback_jsonl(self.run_dir, self.epoch)
+            if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
+                e = int(match.group(1))
+                has_copy = (self.ckpts.weights / f"policy_epoch_{e}.pt").exists()
+                self.ckpts.write_weights(e, self._weights(), keep_epoch_copy=not has_copy)
         if own is not None:
             self.recorder.load_state_dict(own["recorder"])
+            remove_unsaved = getattr(self.dataset, "remove_unsaved", None)
+            if remove_unsaved is not None and self.recorder.writer_id is not None:
+                remove_unsaved(self.recorder.writer_id, self.recorder.files_written)
             if self.exploration is not None and own["exploration"] is not None:
                 self.exploration.load_state_dict(own["exploration"])
             if own.get("dataset") is not None:
@@ -330,8 +418,17 @@ class Trainer:
         elif self.is_main:
             print(f"warning: rank{self.rank}.pt missing in {state_dir} (saved with {main['num_processes']} "
                   "processes); this process starts fresh RNG and exploration state")
-        # new tasks after a resume, reproducibly
-        self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
+        exact = False
+        if own is not None and own.get("train_rollout") is not None:
+            exact = self.train_rollout.load_state_dict(own["train_rollout"], self.agent, self.device)
+            self.val_rollout.load_state_dict(own["val_rollout"], self.agent, self.device)
+        if not exact:
+            # the envs cannot continue their episodes: new tasks after a resume, reproducibly
+            self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
+            if self.is_main and own is not None and own.get("train_rollout") is not None:
+                warnings.warn("the training envs cannot save their state (no get_state/set_state, see "
+                              "amago_app.envs.state): they restart with new episodes, so this resume is not an exact "
+                              "continuation", stacklevel=2)
 
     def load_latest_policy(self, tries: int = 10) -> None:
         path = self.latest_source
