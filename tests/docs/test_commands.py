@@ -2,8 +2,8 @@
 
 Commands are taken from ```bash code blocks (every line; `\\` continuations joined, `&&` chains split,
 comments dropped) and from inline code spans that start with a command of this project and have arguments
-(`amago-train env=gym`); inline spans with `<placeholders>`, `[optional parts]` or `...` are usage patterns,
-not commands. Each command
+(`amago-train env=gym`); inline spans with `<placeholders>`, `[optional parts]`, `a|b` alternatives or `...`
+are usage patterns, and `amago-train: error: ...` is a message, not commands. Each command
 is checked by the rule for its tool; a command no rule covers fails the test (add a rule, do not skip it):
 
   amago-train            compose-only, in process, with Hydra's compose API: every group, option and key of the
@@ -18,6 +18,8 @@ is checked by the rule for its tool; a command no rule covers fails the test (ad
                          (runs/..., multirun/..., $RUN, $(ls -d ... | tail -1)) stands for it; amago-eval gets
                          `episodes=2` appended.
   amago-convert-minari   `--help` (conversion itself: tests/cli/test_convert_minari.py).
+  amago-bench            the shown flags, then `--help` (argparse checks them; a matrix of real training runs
+                         takes hours: its own tests run a tiny one).
   python scripts/X.py    the shown flags, then `--help` (argparse checks the flags, the script imports); its
                          `key=value` overrides compose-only. Running a benchmark is slow: @slow test below.
   python - <<'PY' ...    the inline program is compiled (syntax), not run (it would download / record data).
@@ -44,11 +46,13 @@ from conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-TOOLS = ("amago-train", "amago-eval", "amago-plot", "amago-summary", "amago-convert-minari", "python scripts/",
+TOOLS = ("amago-train", "amago-eval", "amago-plot", "amago-summary", "amago-convert-minari", "amago-bench",
+         "python scripts/",
          "torchrun ", "accelerate launch")
 TRAIN_MODULE = "amago_app.cli.train"
 MODULES = {"amago-train": TRAIN_MODULE, "amago-eval": "amago_app.cli.eval", "amago-plot": "amago_app.cli.plot",
-           "amago-summary": "amago_app.cli.summary", "amago-convert-minari": "amago_app.cli.convert_minari"}
+           "amago-summary": "amago_app.cli.summary", "amago-convert-minari": "amago_app.cli.convert_minari",
+           "amago-bench": "amago_app.cli.bench"}
 #: the tour's commands that train for real (with TINY appended): everything else amago-train is compose-only
 REAL_TRAIN = {"amago-train", "amago-train -m seed=0,1,2"}
 
@@ -95,8 +99,12 @@ def extract(path: Path) -> list[Command]:
         else:
             for span in re.findall(r"`([^`]+)`", line):
                 span = span.strip()
-                # a bare tool name in prose is a name, not a command
-                if span.startswith(TOOLS) and " " in span and not re.search(r"<|(^|\s)\[|\.\.\.", span):
+                # a bare tool name in prose (`amago-plot`, `accelerate launch`) is a name, not a command
+                tool = next((t for t in TOOLS if span.startswith(t)), None)
+                named_only = tool is not None and not tool.startswith("python") and span.strip() == tool.strip()
+                if tool and not tool.endswith((" ", "/")) and span[len(tool):][:1] not in ("", " "):
+                    continue  # `amago-train: error: ...` is a message the tool prints
+                if tool and not named_only and not re.search(r"<|(^|\s)\[|\.\.\.|\|", span):
                     out.append(Command(f"{name}:{i + 1}", span))
         i += 1
     return out
@@ -288,6 +296,10 @@ def check(cmd: Command, ws) -> str:
             return "real resume of a copy of the tiny run"
         compose_only(_train_overrides(rest))
         return "compose-only"
+    if tool == "amago-bench":
+        r = _cli(MODULES[tool], *rest, "--help", cwd=ws["cwd"], once=True)
+        assert r.returncode == 0 and "usage:" in r.stdout, r.stderr[-2000:]
+        return "flags + --help"
     if tool == "amago-convert-minari":
         r = _cli(MODULES[tool], "--help", cwd=ws["cwd"], once=True)
         assert r.returncode == 0, r.stderr[-2000:]
