@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,10 +23,22 @@ def build(node: Any, **kwargs) -> Any:
 
 def env_factory(env_cfg: DictConfig, role: str):
     """The env factory of a role: `make` for training, `make_val` (or `make`) for validation and tests."""
-    node = env_cfg.make_val if role != "train" and env_cfg.get("make_val") is not None else env_cfg.make
+    key = "make_val" if role != "train" and env_cfg.get("make_val") is not None else "make"
+    node = env_cfg[key]
     if node is None or not OmegaConf.is_dict(node) or "_target_" not in node:
-        raise ValueError(f"env.make must be a factory config with a _target_, got {node!r}")
-    return build(node)
+        raise ValueError(f"env.{key} must be a factory config with a _target_, got {node!r}")
+    try:
+        return build(node)
+    except InstantiationException as e:
+        if "Error locating target" not in str(e):
+            raise
+        target = str(node._target_)
+        module = target.rpartition(".")[0] or target
+        raise ValueError(
+            f"env.{key}._target_={target} cannot be imported: no module {module!r} on the import path "
+            f"(the working directory {os.getcwd()} is on it). Run from the folder that holds "
+            f"{module.replace('.', '/')}.py, or add its folder to PYTHONPATH"
+        ) from None
 
 
 def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMAGOEnv:
@@ -36,6 +50,7 @@ def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMA
         mode=cfg.env.mode,
         mp_context=cfg.env.mp_context,
         step_timeout=cfg.env.step_timeout,
+        env_name=cfg.env.get("name"),
     )
 
 

@@ -5,6 +5,8 @@
     {run_dir}/ckpts/training_states/epoch_{e}/rank{r}.pt    per-process state: RNGs, exploration, recorder
     {run_dir}/ckpts/policy_weights/policy_epoch_{e}.pt      agent state_dict
     {run_dir}/ckpts/latest/policy.pt                        newest agent state_dict
+    {run_dir}/ckpts/best/policy.pt                          agent state_dict with the best validation return
+    {run_dir}/ckpts/best/best.json                          its epoch, validation return and counters
 
 Files go to hidden `.tmp-*` names first and are renamed into place; a training state is a directory that is
 assembled under `.tmp-epoch_{e}` by every process and renamed by the main process once all have written.
@@ -12,6 +14,7 @@ assembled under `.tmp-epoch_{e}` by every process and renamed by the main proces
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from amago_app.data.files import atomic_write_bytes
 
 EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
 
@@ -60,6 +65,8 @@ class Checkpoints:
         self.states = self.root / "training_states"
         self.weights = self.root / "policy_weights"
         self.latest = self.root / "latest" / "policy.pt"
+        self.best = self.root / "best" / "policy.pt"
+        self.best_info = self.root / "best" / "best.json"
 
     def make_dirs(self) -> None:
         for d in (self.states, self.weights, self.latest.parent):
@@ -100,7 +107,19 @@ class Checkpoints:
             atomic_torch_save(agent_state, self.weights / f"policy_epoch_{epoch}.pt")
         atomic_torch_save(agent_state, self.latest)
 
+    def write_best(self, agent_state: dict, info: dict) -> None:
+        """Weights first, then the record that names them: a reader never sees a record newer than the weights."""
+        atomic_torch_save(agent_state, self.best)
+        text = json.dumps(info, indent=2).encode()
+        atomic_write_bytes(self.best_info, lambda f: f.write(text))
+
     # --- reading ------------------------------------------------------------------------------------
+    def read_best(self) -> dict | None:
+        try:
+            return json.loads(self.best_info.read_text())
+        except (OSError, ValueError):
+            return None
+
     def saved_epochs(self) -> list[int]:
         if not self.states.exists():
             return []

@@ -6,7 +6,10 @@ Every process runs its own actors and samples its own batches; gradients are ave
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import signal
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -32,7 +35,8 @@ from amago_app.logging.metrics import MetricsLogger
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
 from amago_app.trainer.checkpoint import Checkpoints, rng_state, set_rng_state
 from amago_app.trainer.modes import effective_config, has_edit_rights
-from amago_app.trainer.rollout import Actors
+from amago_app.trainer.rollout import Actors, balanced_quota
+from amago_app.trainer.threads import ThreadBudget
 
 PRECISIONS = ("no", "bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
@@ -50,8 +54,7 @@ class Trainer:
             raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
         if t.batch_size < 1 or t.train_batches_per_epoch < 0 or t.train_timesteps_per_epoch < 0:
             raise ValueError("trainer.batch_size must be >= 1 and the per-epoch step counts >= 0")
-        if t.threads:
-            torch.set_num_threads(int(t.threads))
+        self.threads = ThreadBudget(t.get("threads", "auto"))  # before any torch work: sizes the thread pool
         self.cfg = cfg
         if t.get("compile_mode") not in COMPILE_MODES:
             raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
@@ -124,6 +127,9 @@ class Trainer:
         self.total_frames = 0
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
+        self._stop_requested = False  # set by Ctrl-C (see learn)
+        self._previous_sigint = None
+        self._val_episodes = 0
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
@@ -175,9 +181,15 @@ class Trainer:
             f"(max_seq_len {c.max_seq_len}), {n_params:,} trainable parameters, {a.num_gammas} gammas, "
             f"{a.num_critics} critics, online {a.online_coeff} / offline {a.offline_coeff}\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
-            f"{c.trainer.mixed_precision}, torch threads {torch.get_num_threads()}\n"
+            f"{c.trainer.mixed_precision}, torch threads {self.threads.describe()}\n"
             f"  buffer {self.dataset.get_description()}"
         )
+        self._print_thread_notes()
+
+    def _print_thread_notes(self) -> None:
+        for note in self.threads.pop_notes():
+            if self.console is not None and self.console.enabled:
+                self.console.print(f"[yellow]{note}[/]")
 
     # --- phases -------------------------------------------------------------------------------------
     def rollout_autocast(self):
@@ -199,8 +211,9 @@ class Trainer:
             stats = self.train_actors.run(
                 self.agent, self.device, steps, sample=self.cfg.trainer.sample_actions_train,
                 autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
+                stop=self._interrupted,
             )
-        fps = steps * self.train_envs.num_envs / max(time.perf_counter() - start, 1e-9)
+        fps = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
         self.recorder.flush(self.dataset.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
         merged = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
@@ -212,28 +225,53 @@ class Trainer:
         if self.exploration is not None:
             train.update(self.exploration.stats())
         train["Env FPS (per process)"] = fps
+        train["Torch Threads"] = torch.get_num_threads()
         self.log("train", train)
         return fps
 
     def evaluate_val(self) -> float | None:
+        """One validation: `trainer.val_episodes` fresh episodes split evenly over every actor of every process
+        (or, with val_episodes=null, `val_timesteps_per_epoch` steps of every actor)."""
         t = self.cfg.trainer
         self.val_actors.reset(self.agent, self.device)
         start = time.perf_counter()
-        with self.console.phase("validate", t.val_timesteps_per_epoch * self.val_envs.num_envs, "env steps") as adv:
+        steps, quota = t.val_timesteps_per_epoch, None
+        if t.get("val_episodes") is not None:
+            quota = balanced_quota(t.val_episodes, self.val_envs.num_envs, self.rank, self.accelerator.num_processes)
+            # val_timesteps_per_epoch covers one rollout; the cap only guards against episodes that never end
+            steps = 2 * t.val_timesteps_per_epoch * max(1, int(quota.max()))
+        total, unit = (int(quota.sum()), "episodes") if quota is not None else (steps * self.val_envs.num_envs,
+                                                                                 "env steps")
+        with self.console.phase("validate", total, unit) as adv:
             stats = self.val_actors.run(
-                self.agent, self.device, t.val_timesteps_per_epoch, sample=t.sample_actions_val,
-                autocast=self.rollout_autocast, on_step=lambda n: adv(n * self.val_envs.num_envs),
+                self.agent, self.device, steps, sample=t.sample_actions_val, episodes=quota,
+                autocast=self.rollout_autocast,
+                on_step=None if quota is not None else (lambda n: adv(n * self.val_envs.num_envs)),
+                on_episode=adv if quota is not None else None, stop=self._interrupted,
             )
+        frames = sum(stats.frames.values())
         summary = stats.summary()
-        summary["Env FPS (per process)"] = (
-            t.val_timesteps_per_epoch * self.val_envs.num_envs / max(time.perf_counter() - start, 1e-9)
-        )
+        summary["Env FPS (per process)"] = frames / max(time.perf_counter() - start, 1e-9)
+        self._val_episodes = int(self._sum_over_processes(stats.episodes))
         if self.accelerator.num_processes > 1:  # average every metric over the processes that report it
             gathered = gather_object([summary])
             keys = {k for s in gathered for k in s}
             summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
+        summary["Episodes (All Processes)"] = self._val_episodes
         self.log("val", summary)
-        return summary.get("Average Total Return (Across All Env Names)")
+        value = summary.get("Average Total Return (Across All Env Names)")
+        if value is not None and self.is_main:
+            self._keep_best(value)
+        return value
+
+    def _keep_best(self, val_return: float) -> None:
+        """ckpts/best/policy.pt: the weights with the highest validation return so far (`checkpoint=best`)."""
+        best = self.ckpts.read_best()
+        if best is None or val_return > best["val_return"]:
+            self.ckpts.write_best(self._weights(), {
+                "epoch": self.epoch, "val_return": float(val_return), "val_episodes": self._val_episodes,
+                "total_frames": self.total_frames, "gradient_steps": self.gradient_steps,
+            })
 
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
@@ -271,15 +309,51 @@ class Trainer:
         t = self.cfg.trainer
         start = time.perf_counter()
         last = {}
+        done = 0
         with self.console.phase("train", t.train_batches_per_epoch, "updates") as advance:
             for batch in self.loader.epoch(self.epoch, t.train_batches_per_epoch):
+                if self._interrupted():
+                    break
+                done += 1
                 log_step = self.gradient_steps % t.log_interval == 0
                 metrics = self.train_step(batch, log_step)
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)
                 advance(1)
         self._last_loss = last.get("Loss", getattr(self, "_last_loss", None))
-        return t.train_batches_per_epoch / max(time.perf_counter() - start, 1e-9)
+        return done / max(time.perf_counter() - start, 1e-9)
+
+    # --- Ctrl-C -------------------------------------------------------------------------------------
+    def _interrupted(self) -> bool:
+        return self._stop_requested
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._stop_requested:  # the second Ctrl-C: stop now, without saving
+            signal.signal(signal.SIGINT, self._previous_sigint or signal.default_int_handler)
+            raise KeyboardInterrupt
+        self._stop_requested = True
+        print("\nCtrl-C: stopping after this step and saving a training state (Ctrl-C again: quit without saving)",
+              flush=True)
+
+    def _catch_sigint(self):
+        """A first Ctrl-C ends the current phase early, saves a training state and returns normally.
+
+        Only in single-process runs started from the main thread: DDP ranks would have to agree on the step
+        at which they stop (their launcher forwards the signal at different times); they keep their periodic
+        checkpoints (trainer.ckpt_interval).
+        """
+        self._stop_requested = False
+        self._previous_sigint = None
+        if self.accelerator.num_processes == 1 and threading.current_thread() is threading.main_thread():
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _release_sigint(self) -> None:
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
+
+    def resume_command(self) -> str:
+        return f"amago-train resume={shlex.quote(str(self.run_dir))}"
 
     # --- the loop -----------------------------------------------------------------------------------
     def learn(self) -> dict:
@@ -289,6 +363,8 @@ class Trainer:
         self.describe()
         last_val = None
         started = time.time() - self.elapsed
+        self._catch_sigint()
+        interrupted = False
         try:
             while self.epoch < t.epochs:
                 epoch = self.epoch
@@ -315,20 +391,31 @@ class Trainer:
                 self.epoch = epoch + 1
                 self.elapsed = time.time() - started
                 last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
-                if (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch:
+                interrupted = self._interrupted()
+                if (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch or interrupted:
                     self.save_checkpoint(epoch)
                 if t.always_save_latest and self.is_main:
                     self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
+                self.threads.update()  # auto: follow what other processes used during this epoch
+                self._print_thread_notes()
                 summary["frames"] = f"{self.total_frames:,}"
                 summary["time"] = f"{self.elapsed:,.0f}s"
                 self.console.end_epoch(epoch, summary)
-            if t.val_timesteps_per_epoch > 0 and t.val_interval:
+                if interrupted:
+                    break
+            if interrupted:
+                print(f"interrupted: training state saved at epoch {self.epoch - 1} "
+                      f"({self.ckpts.state_dir(self.epoch - 1)}); continue with:\n  {self.resume_command()}",
+                      flush=True)
+            elif t.val_timesteps_per_epoch > 0 and t.val_interval:
                 last_val = self.evaluate_val()
                 self.console.print(f"final validation return [bold cyan]{_fmt(last_val)}[/]")
         finally:
+            self._release_sigint()
             self.close()
         return {"val_return": last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
-                "total_frames": self.total_frames, "wall_time": self.elapsed}
+                "total_frames": self.total_frames, "wall_time": self.elapsed, "interrupted": interrupted,
+                "run_dir": str(self.run_dir)}
 
     def close(self) -> None:
         if self.console:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from amago_app.data.files import atomic_write_bytes
 from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
 from amago_app.config import setup
 from amago_app.trainer.loop import Trainer, save_config
@@ -43,16 +48,57 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[st
     return cfg
 
 
-def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -> dict:
-    """Train a new run in `run_dir`, or continue `cfg.resume` with `overrides` applied to its saved config."""
+HISTORY = "overrides_history.yaml"
+
+
+def run_config(run_dir: str | Path) -> DictConfig:
+    """The config a run uses now: its original `config.yaml` with the overrides of every resume applied in order
+    (`overrides_history.yaml`)."""
+    setup()
+    run_dir = Path(run_dir)
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    for entry in read_history(run_dir):
+        if entry.get("resumed_from"):
+            cfg = apply_overrides(cfg, entry.get("overrides") or [])
+    return cfg
+
+
+def read_history(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / HISTORY
+    if not path.is_file():
+        return []
+    return OmegaConf.to_container(OmegaConf.load(path)) or []
+
+
+def record_command(run_dir: Path, overrides: Sequence[str], resumed_from: Path | None,
+                   argv: Sequence[str] | None = None) -> None:
+    """Append this start (or resume) to `overrides_history.yaml`: when, from where, the command and overrides."""
+    entry = {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join(shlex.quote(a) for a in (sys.argv if argv is None else argv)),
+        "cwd": os.getcwd(),
+        "overrides": [o for o in overrides if not o.startswith("resume=")],
+    }
+    if resumed_from is not None:
+        entry["resumed_from"] = str(Path(resumed_from).resolve().relative_to(Path(run_dir).resolve()))
+    history = read_history(run_dir) + [entry]
+    text = OmegaConf.to_yaml(OmegaConf.create(history)).encode()
+    atomic_write_bytes(Path(run_dir) / HISTORY, lambda f: f.write(text))
+
+
+def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), argv: Sequence[str] | None = None) -> dict:
+    """Train a new run in `run_dir`, or continue `cfg.resume` with `overrides` applied to its saved config.
+
+    A resume keeps the run's `config.yaml` as it was; its overrides are appended to `overrides_history.yaml`,
+    from which `run_config` rebuilds the config in use.
+    """
     setup()  # resolvers used by saved configs
     run_dir = Path(run_dir)
     state_dir = None
     if cfg.get("resume"):
         state_dir = find_training_state(cfg.resume)
         run_dir = run_dir_of_state(state_dir)
-        saved = OmegaConf.load(run_dir / "config.yaml")
-        cfg = apply_overrides(saved, overrides)
+        cfg = apply_overrides(run_config(run_dir), overrides)
         with open_dict(cfg):
             cfg.resume = str(state_dir)
     else:
@@ -63,5 +109,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
     if state_dir is not None:
         trainer.load_checkpoint(state_dir)
     if trainer.is_main:
-        save_config(cfg, trainer.run_dir)
+        if state_dir is None:
+            save_config(cfg, trainer.run_dir)
+        record_command(trainer.run_dir, overrides, state_dir, argv)
     return trainer.learn()
