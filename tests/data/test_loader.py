@@ -4,8 +4,8 @@ import torch
 
 from amago_app.data.dataset import DiskBuffer
 from amago_app.data.files import save_trajectory
-from amago_app.data.loader import BatchLoader, collate, padding_mask, slice_window, window_bounds
-from amago_app.data.timestep import MAGIC_PAD_VAL
+from amago_app.data.loader import BatchLoader, collate, slice_window, window_bounds
+from amago_app.data.timestep import MAGIC_PAD_VAL, padding_mask
 from conftest import random_trajectory
 
 

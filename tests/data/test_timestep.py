@@ -45,7 +45,7 @@ def test_round_trip(tmp_path, fmt):
     )
     path = save_trajectory(traj, tmp_path, "My_Env/v1", fmt)
     assert path.name.startswith("MyEnvv1_") and path.suffix == (".traj" if fmt == "traj" else ".npz")
-    back = load_trajectory(path)
+    back = load_trajectory(path, allow_pickle=True)
     for name in ("rl2s", "time_idxs", "rews", "dones", "actions"):
         a, b = getattr(traj, name), getattr(back, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name

@@ -38,10 +38,15 @@ def test_parameters_identical_across_ranks(tmp_path):
 
 def test_cli_under_torchrun(tmp_path):
     run_dir = tmp_path / "run"
-    r = _torchrun(["-m", "amago_app.cli.train", *TINY, "trainer.epochs=2", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    r = _torchrun(["-m", "amago_app.cli.train", *TINY, "trainer.epochs=2", f"hydra.run.dir={run_dir}",
+                   "logger=wandb", "logger.mode=offline", "logger.tensorboard=true"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = (run_dir / "metrics" / "dataset.jsonl").read_text().splitlines()
     last = json.loads(lines[-1])
     assert last["total_frames"] == 2 * 2 * 2 * 8
     assert (run_dir / "ckpts" / "latest" / "policy.pt").is_file()
     assert len(list(tmp_path.glob("run*"))) == 1  # one run directory for both processes
+    # trackers only on the main process: one wandb run, one TensorBoard writer (+ accelerate's hparams run)
+    assert len(list(tmp_path.glob("**/offline-run-*"))) == 1
+    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    assert len(list(tmp_path.glob("**/events.out.tfevents.*"))) == 2

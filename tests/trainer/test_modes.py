@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from amago_app.config import setup
 from amago_app.data.files import save_trajectory
 from amago_app.trainer import modes
-from amago_app.trainer.checkpoint import Checkpoints
+from amago_app.rundir import Checkpoints
 from amago_app.trainer.loop import Trainer
 from amago_app.trainer.modes import effective_config
 from amago_app.trainer.run import train

@@ -11,7 +11,7 @@ from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.envs.actors import make_actors
 from amago_app.envs.builtin.tmaze import TMazePassive
 from amago_app.logging.metrics import read_jsonl
-from amago_app.trainer.checkpoint import Checkpoints
+from amago_app.rundir import Checkpoints
 from amago_app.trainer.run import train
 from conftest import compose_config
 

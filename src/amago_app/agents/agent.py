@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from amago_app.agents.filters import binary_filter
 from amago_app.agents.returns import nstep_targets
-from amago_app.data.loader import Batch, padding_mask
+from amago_app.data.timestep import Batch, padding_mask
 from amago_app.nets.heads.actor import Actor
 from amago_app.nets.heads.critics import NCritics
 from amago_app.nets.heads.popart import PopArt

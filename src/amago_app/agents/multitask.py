@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from amago_app.agents.agent import Agent, masked_mean
-from amago_app.data.loader import Batch
+from amago_app.data.timestep import Batch
 from amago_app.nets.heads.critics import NCriticsTwoHot
 from amago_app.nets.heads.distributions import Discrete, DiscreteLikeContinuous
 

@@ -20,7 +20,7 @@ def resume_dir(resume, default):
     """hydra.run.dir: the resumed run's directory when resuming, else the fresh default."""
     if resume in (None, "", "null"):
         return default
-    from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
+    from amago_app.rundir import find_training_state, run_dir_of_state  # imports torch: only when resuming
 
     return str(run_dir_of_state(find_training_state(resume)))
 

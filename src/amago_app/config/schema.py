@@ -420,7 +420,9 @@ class BufferConfig:
     stagger_traj_file_lengths: bool = True
     """Randomize split points so that no window offset is systematically missing."""
     save_trajs_as: str = "npz"
-    """npz | npz-compressed | traj."""
+    """npz | npz-compressed | traj (pickle: needs allow_pickle=true to be read back)."""
+    allow_pickle: bool = False
+    """Read pickle-based `.traj` buffer files. Unpickling runs code: enable only for files you trust."""
     padded_sampling: str = "none"
     """Window start distribution: none | both | left | right."""
     fixed_length: bool = False
@@ -501,10 +503,17 @@ class TrainerConfig:
 @dataclass
 class LoggerConfig:
     wandb: bool = False
-    """Also log to Weights & Biases."""
+    """Also log to Weights & Biases (x-axis total_frames; gradient_steps for train-update/*)."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files to {run_dir}/tensorboard/ (needs the tensorboard package)."""
     project: Optional[str] = "${oc.env:AMAGO_WANDB_PROJECT,amago_app}"
+    """wandb project."""
     entity: Optional[str] = "${oc.env:AMAGO_WANDB_ENTITY,null}"
+    """wandb entity (user or team)."""
     group: Optional[str] = None
+    """wandb group (null: a sweep's jobs share their sweep directory as the group)."""
+    name: Optional[str] = None
+    """wandb run name (null: run_name, in a sweep '<run_name> #<job>: <the job's swept overrides>')."""
     mode: str = "online"
     """wandb mode: online | offline | disabled."""
     verbose: bool = True

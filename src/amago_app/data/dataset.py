@@ -5,6 +5,7 @@ Every dataset hands out *whole* trajectories (`sample_random_trajectory`); the l
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -17,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from amago_app.data.files import TRAJ_EXTENSIONS, load_trajectory, timestamp_of
+from amago_app.data.files import TRAJ_EXTENSIONS, PickleNotAllowed, load_trajectory, timestamp_of
 from amago_app.data.timestep import Trajectory
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ class RLDataset(ABC):
     def delete(self) -> None:
         """Remove the data this dataset owns."""
 
+    def close(self) -> None:
+        """Release what the dataset holds (locks, files); called when training ends."""
+
 
 class DoNothingDataset(RLDataset):
     """Never ready and saves nothing: evaluation-only experiments."""
@@ -75,6 +79,15 @@ class DiskBuffer(RLDataset):
 
     Capacity is counted in files. Sampling is uniform over files. Decoded files are kept in an LRU cache of
     `cache_gb` so that a file is decoded once, not once per sample (files are immutable once renamed into place).
+
+    Several runs may share one buffer (collect/learn split, offline mixtures). Only one process trims the FIFO
+    at a time: the one holding an exclusive `flock` on `buffer/.trim-owner.lock` (taken at its first trim and
+    held until it exits, so ownership passes to another run when the owner dies). Readers drop files that
+    vanished under them and move on; sampling fails only when the directory holds no readable file at all.
+    Files that are not trajectories (truncated, foreign `.npz` without the trajectory arrays) are skipped with
+    one warning each and counted (`Skipped Files`); FIFO files whose names carry no timestamp are never
+    trimmed (warned once, counted as `Misnamed FIFO Files`). Pickle-based `.traj` files are read only with
+    `allow_pickle=True`.
     """
 
     def __init__(
@@ -86,6 +99,7 @@ class DiskBuffer(RLDataset):
         relabeler: Callable[[Trajectory], Trajectory] | None = None,
         cache_gb: float = 2.0,
         read_only: bool = False,
+        allow_pickle: bool = False,
     ):
         if max_size < 1:
             raise ValueError(f"buffer max_size must be >= 1, got {max_size}")
@@ -104,7 +118,11 @@ class DiskBuffer(RLDataset):
         self.max_size = int(max_size)
         self.min_size = int(min_size)
         self.relabeler = relabeler
+        self.allow_pickle = bool(allow_pickle)
         self.has_edit_rights = True
+        self._skipped: set[str] = set()  # unreadable or foreign files (warned once each)
+        self._misnamed: set[str] = set()  # FIFO files without a timestamp in their name (never trimmed)
+        self._owner_fd: int | None = None
         self._cache: OrderedDict[str, Trajectory] = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = int(cache_gb * 2**30)
@@ -124,7 +142,7 @@ class DiskBuffer(RLDataset):
         fifo, protected = self._list(self.fifo_dir), self._list(self.protected_dir)
         with self._lock:
             self.fifo_files, self.protected_files = fifo, protected
-            self._all_files = fifo + protected
+            self._all_files = [p for p in fifo + protected if p not in self._skipped]
             alive = set(self._all_files)
             for path in [p for p in self._cache if p not in alive]:
                 self._cache_bytes -= _nbytes(self._cache.pop(path))
@@ -136,14 +154,47 @@ class DiskBuffer(RLDataset):
     def ready_for_training(self) -> bool:
         return len(self._all_files) > self.min_size
 
+    def owns_trimming(self) -> bool:
+        """Whether this process is the buffer's trimming owner (takes ownership if nobody holds it)."""
+        if self._owner_fd is not None:
+            return True
+        fd = os.open(self.dir / ".trim-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another live process owns it
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._owner_fd = fd
+        return True
+
+    def close(self) -> None:
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)  # releases the flock
+            self._owner_fd = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
     def trim(self) -> int:
         """Delete the oldest FIFO files beyond `max_size` (by the timestamp in their names)."""
-        fifo = self._list(self.fifo_dir)
-        excess = len(fifo) - self.max_size
+        dated = []
+        for path in self._list(self.fifo_dir):
+            try:
+                dated.append((timestamp_of(path), path))
+            except ValueError:
+                if path not in self._misnamed:
+                    self._misnamed.add(path)
+                    log.warning("not trimming %s: FIFO file names must be envname_writer_time.npz", path)
+        excess = len(dated) - self.max_size
         if excess <= 0:
             return 0
-        fifo.sort(key=timestamp_of)
-        for path in fifo[:excess]:
+        dated.sort()
+        for _, path in dated[:excess]:
             try:
                 os.remove(path)
             except FileNotFoundError:  # another process trimmed it first
@@ -151,7 +202,8 @@ class DiskBuffer(RLDataset):
         return excess
 
     def on_end_of_collection(self, epoch: int, is_main_process: bool = True) -> dict[str, float]:
-        deleted = self.trim() if (self.has_edit_rights and is_main_process and not self.read_only) else 0
+        may_trim = self.has_edit_rights and is_main_process and not self.read_only
+        deleted = self.trim() if (may_trim and self.owns_trimming()) else 0
         return {"Files Deleted": deleted}
 
     def stats(self) -> dict[str, float]:
@@ -159,6 +211,8 @@ class DiskBuffer(RLDataset):
             "FIFO Files": len(self.fifo_files),
             "Protected Files": len(self.protected_files),
             "Total Files": len(self._all_files),
+            "Skipped Files": len(self._skipped),
+            "Misnamed FIFO Files": len(self._misnamed),
             "Disk Usage (GB)": _dir_size(self.dir) / 2**30,
         }
 
@@ -170,7 +224,7 @@ class DiskBuffer(RLDataset):
             if traj is not None:
                 self._cache.move_to_end(path)
                 return traj
-        traj = load_trajectory(path)
+        traj = load_trajectory(path, allow_pickle=self.allow_pickle)
         size = _nbytes(traj)
         with self._lock:
             if size <= self._cache_limit:
@@ -181,21 +235,35 @@ class DiskBuffer(RLDataset):
                     self._cache_bytes -= _nbytes(old)
         return traj
 
+    def _drop(self, path: str) -> None:
+        with self._lock:
+            self._all_files = [p for p in self._all_files if p != path]
+
     def sample_random_trajectory(self, rng: np.random.Generator) -> Trajectory:
-        files = self._all_files
-        if not files:
-            raise RuntimeError(f"the replay buffer at {self.dir} is empty")
-        for _ in range(100):
+        refreshed = False
+        while True:
+            files = self._all_files
+            if not files:
+                if refreshed:
+                    raise RuntimeError(f"the replay buffer at {self.dir} is empty (no readable trajectory files)")
+                self.refresh()  # every indexed file vanished (trimmed by another run): look again
+                refreshed = True
+                continue
             path = files[rng.integers(len(files))]
             try:
                 traj = self.load(path)
             except FileNotFoundError:  # trimmed by another process since the last refresh
+                self._drop(path)
                 continue
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-                log.warning("skipping unreadable trajectory file %s: %s", path, e)
+            except PickleNotAllowed:
+                raise
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as e:
+                if path not in self._skipped:
+                    log.warning("skipping unreadable trajectory file %s: %s", path, e)
+                    self._skipped.add(path)
+                self._drop(path)
                 continue
             return self.relabeler(traj) if self.relabeler is not None else traj
-        raise RuntimeError(f"could not read any trajectory file in {self.dir} after 100 tries")
 
     def get_description(self) -> str:
         return (

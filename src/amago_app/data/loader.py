@@ -9,50 +9,15 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, fields
 from typing import Iterator
 
 import numpy as np
 import torch
 
 from amago_app.data.dataset import RLDataset
-from amago_app.data.timestep import MAGIC_PAD_VAL, Trajectory
+from amago_app.data.timestep import MAGIC_PAD_VAL, Batch, Trajectory
 
 PADDED_SAMPLING = ("none", "both", "left", "right")
-
-
-@dataclass
-class Batch:
-    """A padded batch of windows (B sequences, L transitions, L+1 timesteps)."""
-
-    obs: dict[str, torch.Tensor]
-    """(B, L+1, *shape), native dtype."""
-    rl2s: torch.Tensor
-    """(B, L+1, 1+A) float32."""
-    time_idxs: torch.Tensor
-    """(B, L+1, 1) int64."""
-    rews: torch.Tensor
-    """(B, L, 1) float32."""
-    dones: torch.Tensor
-    """(B, L, 1) bool."""
-    actions: torch.Tensor
-    """(B, L, A) float32."""
-
-    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
-        return Batch(
-            obs={k: v.to(device, non_blocking=non_blocking) for k, v in self.obs.items()},
-            **{
-                f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
-                for f in fields(self)
-                if f.name != "obs"
-            },
-        )
-
-    def pin_memory(self) -> "Batch":
-        return Batch(
-            obs={k: v.pin_memory() for k, v in self.obs.items()},
-            **{f.name: getattr(self, f.name).pin_memory() for f in fields(self) if f.name != "obs"},
-        )
 
 
 def window_bounds(length: int, max_seq_len: int, padded_sampling: str, rng: np.random.Generator) -> tuple[int, int]:
@@ -108,11 +73,6 @@ def collate(windows: list[Trajectory], pad_to: int | None = None) -> Batch:
         dones=pad("dones", lambda w: w.dones, L),
         actions=pad("actions", lambda w: w.actions, L),
     )
-
-
-def padding_mask(rl2s: torch.Tensor) -> torch.Tensor:
-    """True where a timestep is real: not every rl2 entry equals MAGIC_PAD_VAL. (B, L, 1+A) -> (B, L, 1)."""
-    return ~(rl2s == MAGIC_PAD_VAL).all(dim=-1, keepdim=True)
 
 
 class BatchLoader:

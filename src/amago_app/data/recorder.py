@@ -43,6 +43,7 @@ class TrajectoryRecorder:
         stagger: bool = True,
         save_format: str = "npz",
         seed: int | None = None,
+        writer_id: str | None = None,
     ):
         traj_save_len = WHOLE_EPISODES if traj_save_len is None else int(traj_save_len)
         if traj_save_len < max_seq_len:
@@ -55,6 +56,9 @@ class TrajectoryRecorder:
         self.traj_save_len = traj_save_len
         self.stagger = stagger and max_seq_len < traj_save_len < WHOLE_EPISODES
         self.save_format = save_format
+        # files are named {env}_{writer_id}-{count}_{time}: deterministic names for a seeded run (None: random)
+        self.writer_id = writer_id
+        self.files_written = 0
         self._rng = random.Random(seed)
         self._records: list[_Record] = []
         self._offset = 0  # global index of self._records[0]
@@ -117,14 +121,37 @@ class TrajectoryRecorder:
         n = 0
         if directory is not None:
             for env_name, traj in self.finished:
-                save_trajectory(traj, directory, env_name, self.save_format)
+                writer = None if self.writer_id is None else f"{self.writer_id}-{self.files_written:09d}"
+                save_trajectory(traj, directory, env_name, self.save_format, writer_id=writer)
+                self.files_written += 1
                 n += 1
         self.finished.clear()
         return n
 
     # --- checkpointing ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"rng": self._rng.getstate()}
+        """Everything needed to continue cutting the same trajectories: the unfinished ones included."""
+        return {
+            "rng": self._rng.getstate(),
+            "files_written": self.files_written,
+            "records": [(r.step and _ts_state(r.step), _ts_state(r.next)) for r in self._records],
+            "offset": self._offset,
+            "start": self._start.copy(),
+            "target": self._target.copy(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._rng.setstate(state["rng"])
+        if "records" not in state:  # saved before unfinished trajectories were checkpointed
+            return
+        self.files_written = int(state["files_written"])
+        self._records = [_Record(step=s and Timestep(**s), next=Timestep(**n)) for s, n in state["records"]]
+        self._offset = int(state["offset"])
+        self._start = np.asarray(state["start"], dtype=np.int64).copy()
+        self._target = np.asarray(state["target"], dtype=np.int64).copy()
+        self.finished.clear()
+
+
+def _ts_state(ts: Timestep) -> dict:
+    return {"obs": dict(ts.obs), "prev_action": ts.prev_action, "reward": ts.reward, "time_idx": ts.time_idx,
+            "terminal": ts.terminal}

@@ -14,13 +14,21 @@ A *trajectory* ("frozen" form) is a segment of T+1 timesteps x_0..x_T stored as 
     actions    (T, A)         float32   prev_actions of x_1..x_T (actions[t] was taken at x_t)
 
 Transition t is (x_t, actions[t], rews[t], dones[t], x_{t+1}).
+
+A *batch* (`Batch`) is what the learner sees: B windows of trajectories as tensors, right-padded to a common
+length L with MAGIC_PAD_VAL; `padding_mask` tells real timesteps from padding. Everything else here is numpy
+(torch is only named in annotations, so env worker processes never import it through this module).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 #: Right-padding value of collated batches. A timestep is padding iff *all* of its rl2 entries equal it,
 #: which real data cannot produce (actions lie in [-1, 1] or {0, 1}).
@@ -166,3 +174,43 @@ class Trajectory:
             dones=np.asarray(arrays["dones"]),
             actions=np.asarray(arrays["actions"]),
         )
+
+
+@dataclass
+class Batch:
+    """A padded batch of windows (B sequences, L transitions, L+1 timesteps)."""
+
+    obs: dict[str, torch.Tensor]
+    """(B, L+1, *shape), native dtype."""
+    rl2s: torch.Tensor
+    """(B, L+1, 1+A) float32."""
+    time_idxs: torch.Tensor
+    """(B, L+1, 1) int64."""
+    rews: torch.Tensor
+    """(B, L, 1) float32."""
+    dones: torch.Tensor
+    """(B, L, 1) bool."""
+    actions: torch.Tensor
+    """(B, L, A) float32."""
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
+        return Batch(
+            obs={k: v.to(device, non_blocking=non_blocking) for k, v in self.obs.items()},
+            **{
+                f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                for f in fields(self)
+                if f.name != "obs"
+            },
+        )
+
+    def pin_memory(self) -> "Batch":
+        return Batch(
+            obs={k: v.pin_memory() for k, v in self.obs.items()},
+            **{f.name: getattr(self, f.name).pin_memory() for f in fields(self) if f.name != "obs"},
+        )
+
+
+def padding_mask(rl2s: torch.Tensor, keepdim: bool = True) -> torch.Tensor:
+    """True where a timestep is real: not every rl2 entry equals MAGIC_PAD_VAL. (B, L, 1+A) -> (B, L, 1)
+    (or (B, L) with keepdim=False)."""
+    return ~(rl2s == MAGIC_PAD_VAL).all(dim=-1, keepdim=keepdim)

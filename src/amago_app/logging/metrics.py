@@ -1,7 +1,16 @@
-"""Metrics: always to local JSONL files (one per section), optionally to wandb, from the main process only.
+"""Metrics: always to local JSONL files (one per section), optionally to TensorBoard and wandb, from the main
+process only.
 
-Each record holds `{section}/{name}` values plus the x-axes `total_frames`, `epoch`, `gradient_steps` and
+Each JSONL record holds `{section}/{name}` values plus the x-axes `total_frames`, `epoch`, `gradient_steps` and
 `wall_time` (seconds since the run started). Tensors are converted with one device sync per call.
+
+TensorBoard and wandb get the same `{section}/{name}` metrics. Their x-axis is `total_frames`, except for the
+`train-update` section (many updates share one frame count), which uses `gradient_steps`:
+  * TensorBoard (through accelerate's tracker API, `{run_dir}/tensorboard/`): the scalar's step; the other
+    x-axes are scalars `x-axes/{epoch,gradient_steps,wall_time}` at each new frame count, and TensorBoard's own
+    "Relative" axis is wall time.
+  * wandb: every record also carries its x-axes, and `define_metric` makes `total_frames` (`gradient_steps` for
+    `train-update/*`) each chart's default x-axis.
 """
 
 from __future__ import annotations
@@ -11,11 +20,20 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 
 X_AXES = ("total_frames", "epoch", "gradient_steps", "wall_time")
+#: the x-axis TensorBoard steps and wandb charts use, per section (default: total_frames)
+STEP_AXIS = {"train-update": "gradient_steps"}
+TENSORBOARD_DIR = "tensorboard"
+
+
+class Tracker(Protocol):
+    """What MetricsLogger needs of accelerate's tracker API (an `Accelerator` after `init_trackers`)."""
+
+    def log(self, values: dict, step: int | None = None) -> None: ...
 
 
 def to_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -35,14 +53,63 @@ def to_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def flat_hparams(config: Mapping, prefix: str = "") -> dict[str, bool | int | float | str]:
+    """A nested config as TensorBoard hyperparameters: dotted keys, scalar values (others as text)."""
+    out: dict[str, bool | int | float | str] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out.update(flat_hparams(v, f"{prefix}{k}."))
+        elif isinstance(v, (bool, int, float, str)):
+            out[f"{prefix}{k}"] = v
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v, default=str)
+    return out
+
+
+def sweep_job_names(sweep_dir: str | os.PathLike, job_num: int, job_overrides: Sequence[str],
+                    run_name: str) -> tuple[str, str]:
+    """(group, name) of one sweep job for wandb: the group is the sweep directory (every job of one sweep shares
+    it), the name is the job number and the overrides this job's sweep chose: those whose key the sweep's own
+    command line (`{sweep_dir}/multirun.yaml`) sweeps (`seed=0,1`) or does not set (a sweeper's parameters)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweep_dir = Path(sweep_dir)
+    group = f"{sweep_dir.parent.name}/{sweep_dir.name}"
+    fixed: set[str] = set()
+    saved = sweep_dir / "multirun.yaml"
+    if saved.is_file():
+        import yaml
+
+        with open(saved) as f:
+            task = ((yaml.safe_load(f) or {}).get("hydra", {}).get("overrides", {}) or {}).get("task") or []
+        try:
+            fixed = {o.key_or_group for o in OverridesParser.create().parse_overrides(list(task))
+                     if not o.is_sweep_override()}
+        except Exception:  # an unparsable record names the job by all of its overrides
+            fixed = set()
+    chosen = [o for o in job_overrides if o.split("=", 1)[0].lstrip("+~") not in fixed]
+    name = f"{run_name} #{job_num}: " + " ".join(chosen) if chosen else f"{run_name} #{job_num}"
+    return group[-120:], name[:120]
+
+
 class MetricsLogger:
+    """Writes one record per `log` call to `{run_dir}/metrics/{section}.jsonl` (and to the trackers).
+
+    `tracker`: accelerate's tracker API (`Accelerator(log_with="tensorboard")` after `init_trackers`), given
+    only when a tracker is configured. `wandb_cfg`: `enabled`, `project`, `entity`, `group`, `name`, `mode`, `id`.
+    Only the main process makes one (`enabled=False` elsewhere), so DDP ranks never open extra runs.
+    """
+
     def __init__(self, run_dir: str | os.PathLike, enabled: bool = True, wandb_cfg: Mapping | None = None,
-                 run_name: str = "amago", config: Mapping | None = None, start_time: float | None = None):
+                 run_name: str = "amago", config: Mapping | None = None, start_time: float | None = None,
+                 tracker: Tracker | None = None):
         self.enabled = enabled
         self.dir = Path(run_dir) / "metrics"
         self.start_time = time.time() if start_time is None else start_time
         self._files: dict[str, Any] = {}
         self._wandb = None
+        self._tracker = tracker if enabled else None
+        self._axes_logged_at: tuple | None = None
         if not enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -53,13 +120,16 @@ class MetricsLogger:
                 project=wandb_cfg.get("project"),
                 entity=wandb_cfg.get("entity"),
                 group=wandb_cfg.get("group"),
-                name=run_name,
+                name=wandb_cfg.get("name") or run_name,
                 dir=str(Path(run_dir)),
                 mode=wandb_cfg.get("mode", "online"),
                 config=dict(config or {}),
                 resume="allow",
                 id=wandb_cfg.get("id"),
             )
+            for axis in X_AXES:
+                self._wandb.define_metric(axis)
+        self._wandb_sections: set[str] = set()
 
     @property
     def wandb_run(self):
@@ -70,14 +140,29 @@ class MetricsLogger:
             return {}
         values = to_floats(metrics)
         record = {**{k: v for k, v in x_axes.items()}, "wall_time": round(time.time() - self.start_time, 3)}
-        record.update({f"{section}/{k}": (v if math.isfinite(v) else str(v)) for k, v in values.items()})
+        named = {f"{section}/{k}": v for k, v in values.items()}
+        record.update({k: (v if math.isfinite(v) else str(v)) for k, v in named.items()})
         f = self._files.get(section)
         if f is None:
             f = self._files[section] = open(self.dir / f"{section}.jsonl", "a", buffering=1)
         f.write(json.dumps(record) + "\n")
+        if self._tracker is not None:
+            self._log_tracker(section, named, record)
         if self._wandb is not None:
+            if section not in self._wandb_sections:  # each section's charts default to its x-axis
+                self._wandb.define_metric(f"{section}/*", step_metric=STEP_AXIS.get(section, "total_frames"))
+                self._wandb_sections.add(section)
             self._wandb.log({k: v for k, v in record.items() if not isinstance(v, str)})
         return values
+
+    def _log_tracker(self, section: str, named: Mapping[str, float], record: Mapping[str, Any]) -> None:
+        step = int(record.get(STEP_AXIS.get(section, "total_frames"), 0))
+        self._tracker.log({k: v for k, v in named.items() if math.isfinite(v)}, step=step)
+        counters = tuple(record.get(a) for a in ("total_frames", "gradient_steps", "epoch"))
+        if counters[0] is not None and counters != self._axes_logged_at:
+            self._axes_logged_at = counters
+            axes = {f"x-axes/{a}": float(record[a]) for a in X_AXES if a != "total_frames" and a in record}
+            self._tracker.log(axes, step=int(counters[0]))
 
     def close(self) -> None:
         for f in self._files.values():

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from amago_app.data.timestep import MAGIC_PAD_VAL
+from amago_app.data.timestep import padding_mask
 from amago_app.nets.common import MLP
 from amago_app.nets.common import norm as make_norm
 
@@ -70,7 +70,7 @@ class TstepEncoder(nn.Module):
         raise NotImplementedError
 
     def forward(self, obs: dict[str, torch.Tensor], rl2s: torch.Tensor) -> torch.Tensor:
-        real = ~(rl2s == MAGIC_PAD_VAL).all(dim=-1)
+        real = padding_mask(rl2s, keepdim=False)
         if self.hide_rl2s:
             rl2s = torch.zeros_like(rl2s)
         elif self.hide_rewards:

@@ -84,7 +84,12 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
     root = Path(b.root) if b.root is not None else run_dir.parent
     name = b.name if b.name is not None else run_dir.name
     relabeler = build(b.relabeler) if b.relabeler is not None else None
-    return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb)
+    allow_pickle = bool(b.get("allow_pickle", False))
+    if b.save_trajs_as == "traj" and not allow_pickle:
+        raise ValueError("buffer.save_trajs_as=traj writes pickle files the run must read back: add "
+                         "buffer.allow_pickle=true (only for a buffer you trust) or use npz")
+    return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb,
+                      allow_pickle=allow_pickle)
 
 
 def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:

@@ -22,12 +22,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
-from amago_app.data.files import atomic_write_bytes
+from amago_app.config.overrides import GROUPS, apply_overrides
 from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.rundir import CONFIG_FILE, EVAL_DIR, atomic_write_bytes, locate
 from amago_app.trainer.build import build_agent, build_envs, env_seed
-from amago_app.trainer.checkpoint import Checkpoints
 from amago_app.trainer.rollout import Actors, RolloutStats
-from amago_app.trainer.run import GROUPS, apply_overrides
 
 
 @dataclass
@@ -45,26 +44,6 @@ class EvalOptions:
     """Where to write the JSON summary (default: {run_dir}/eval/eval_{time}.json)."""
     seed: int = 0
     cpu: bool = False
-
-
-def locate(path: str | Path) -> tuple[Path, Path]:
-    """(run_dir, weights file) from a run directory, a policy .pt file, or a training-state directory."""
-    path = Path(path).expanduser().resolve()
-    if path.is_file() and path.suffix == ".pt":
-        if path.name == "main.pt":  # training state: ckpts/training_states/epoch_N/main.pt
-            return path.parents[3], path
-        run_dir = path.parents[2] if path.parent.parent.name == "ckpts" else path.parent
-        return run_dir, path
-    if (path / "main.pt").is_file():
-        return path.parents[2], path / "main.pt"
-    if (path / "config.yaml").is_file():
-        latest = Checkpoints(path).latest
-        if latest.is_file():
-            return path, latest
-        raise FileNotFoundError(f"{path} has no saved weights at {latest}")
-    raise FileNotFoundError(
-        f"{path} is not a run directory (with config.yaml), a policy .pt file or a training-state directory"
-    )
 
 
 def load_weights(agent: torch.nn.Module, weights: Path) -> None:
@@ -96,7 +75,7 @@ def split_overrides(args: Sequence[str]) -> tuple[EvalOptions, list[str]]:
 def eval_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
     """The run's saved config with overrides; `env=<option>` swaps in that env config group."""
     setup()
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     group_choices = [o for o in parsed if o.key_or_group in GROUPS]
     others = [o.input_line for o in parsed if o.key_or_group not in GROUPS]
@@ -137,7 +116,7 @@ def evaluate(path: str | Path, args: Sequence[str] = (), console=None) -> dict:
     finally:
         actors.close()
     summary = _summarize(stats, cfg, weights, sample, time.perf_counter() - start)
-    out = Path(opts.output) if opts.output else run_dir / "eval" / f"eval_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+    out = Path(opts.output) if opts.output else run_dir / EVAL_DIR / f"eval_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(summary, indent=2).encode()
     atomic_write_bytes(out, lambda f: f.write(text))

@@ -6,6 +6,8 @@ Every process runs its own actors and samples its own batches; gradients are ave
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import shlex
 import shutil
 import signal
@@ -27,13 +29,12 @@ from accelerate.utils import (
 )
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.data.files import atomic_write_bytes
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.logging.console import RunConsole
-from amago_app.logging.metrics import MetricsLogger
+from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
+from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
 from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
-from amago_app.trainer.checkpoint import Checkpoints, rng_state, set_rng_state
 from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import Actors, balanced_quota
 from amago_app.trainer.threads import ThreadBudget
@@ -63,11 +64,19 @@ class Trainer:
             # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
             # mode=reduce-overhead adds CUDA graphs on GPUs
             dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
+        log_with = None
+        if cfg.logger.get("tensorboard"):
+            if importlib.util.find_spec("tensorboard") is None:
+                raise ValueError("logger.tensorboard=true needs the tensorboard package: "
+                                 "pip install 'amago_app[tensorboard]'")
+            log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
         self.accelerator = Accelerator(
             cpu=t.cpu or not torch.cuda.is_available(),
             mixed_precision=t.mixed_precision,
             gradient_accumulation_steps=t.batches_per_update,
             dynamo_plugin=dynamo,
+            log_with=log_with,
+            project_dir=str(Path(run_dir).resolve()),
         )
         acc = self.accelerator
         self.rank, self.is_main = acc.process_index, acc.is_main_process
@@ -89,6 +98,7 @@ class Trainer:
         self.recorder = TrajectoryRecorder(
             self.train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
             cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + self.rank,
+            writer_id=f"{hashlib.sha1(str(self.run_dir).encode()).hexdigest()[:6]}r{self.rank}",
         )
         self.exploration = build_exploration(cfg, self.train_envs, seed=cfg.seed * 1000 + self.rank)
         self.train_actors = Actors(self.train_envs, self.exploration, self.recorder,
@@ -144,12 +154,22 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         cfg = self.cfg
         wandb_cfg = None
+        config = OmegaConf.to_container(cfg, resolve=True)
         if cfg.logger.wandb:
             wandb_cfg = {"enabled": True, "project": cfg.logger.project, "entity": cfg.logger.entity,
-                         "group": cfg.logger.group, "mode": cfg.logger.mode, "id": self.run_id()}
+                         "group": cfg.logger.group, "name": cfg.logger.get("name"), "mode": cfg.logger.mode,
+                         "id": self.run_id()}
+        tracker = None
+        if self.accelerator.log_with:
+            # the main process's run directory (other ranks' trackers do nothing); hyperparameters for
+            # TensorBoard's HParams view
+            self.accelerator.project_configuration.set_directories(str(self.run_dir))
+            self.accelerator.project_configuration.logging_dir = str(self.run_dir)
+            self.accelerator.init_trackers(TENSORBOARD_DIR, config=flat_hparams(config))
+            tracker = self.accelerator
         self.logger = MetricsLogger(
             self.run_dir, enabled=self.is_main, wandb_cfg=wandb_cfg, run_name=cfg.run_name,
-            config=OmegaConf.to_container(cfg, resolve=True), start_time=time.time() - self.elapsed,
+            config=config, start_time=time.time() - self.elapsed, tracker=tracker,
         )
         self.console = RunConsole(enabled=self.is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
                                   start_epoch=self.epoch)
@@ -422,8 +442,12 @@ class Trainer:
             self.console.close()
         if self.logger:
             self.logger.close()
+        for tracker in self.accelerator.trackers:  # (not end_training(): that also ends the process group)
+            tracker.finish()  # closes the TensorBoard writer
+        self.accelerator.trackers.clear()
         self.train_actors.close()
         self.val_actors.close()
+        self.dataset.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
@@ -501,6 +525,6 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
     from the horizon); `config.resolved.yaml` records the concrete values the run used.
     """
-    for name, resolve in (("config.yaml", False), ("config.resolved.yaml", True)):
+    for name, resolve in ((CONFIG_FILE, False), (RESOLVED_CONFIG_FILE, True)):
         text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
         atomic_write_bytes(run_dir / name, lambda f, text=text: f.write(text))

@@ -2,88 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from amago_app.data.files import atomic_write_bytes
-from amago_app.trainer.checkpoint import find_training_state, run_dir_of_state
 from amago_app.config import setup
+from amago_app.config.overrides import apply_overrides, record_command, run_config
+from amago_app.rundir import find_training_state, run_dir_of_state
 from amago_app.trainer.loop import Trainer, save_config
-
-GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
-          "experiment", "hydra")
-
-
-def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[str] = ("resume",)) -> DictConfig:
-    """Apply command-line `key=value` / `+key=value` overrides to an already composed (saved) config.
-
-    Group choices (`env=gym`) cannot be applied to a saved run: that would be a different run.
-    """
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    for o in parsed:
-        key = o.key_or_group
-        if key in skip or key.startswith("hydra"):
-            continue
-        if key in GROUPS or o.package is not None:
-            raise ValueError(
-                f"cannot change config group '{key}' of a saved run ({o.input_line!r}); start a new run instead, "
-                "or override individual keys such as env.parallel_actors=4"
-            )
-        if o.is_delete():
-            with open_dict(cfg):
-                parent, _, leaf = key.rpartition(".")
-                node = OmegaConf.select(cfg, parent) if parent else cfg
-                node.pop(leaf, None)
-            continue
-        value = o.value()
-        with open_dict(cfg):
-            OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
-    return cfg
-
-
-HISTORY = "overrides_history.yaml"
-
-
-def run_config(run_dir: str | Path) -> DictConfig:
-    """The config a run uses now: its original `config.yaml` with the overrides of every resume applied in order
-    (`overrides_history.yaml`)."""
-    setup()
-    run_dir = Path(run_dir)
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    for entry in read_history(run_dir):
-        if entry.get("resumed_from"):
-            cfg = apply_overrides(cfg, entry.get("overrides") or [])
-    return cfg
-
-
-def read_history(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / HISTORY
-    if not path.is_file():
-        return []
-    return OmegaConf.to_container(OmegaConf.load(path)) or []
-
-
-def record_command(run_dir: Path, overrides: Sequence[str], resumed_from: Path | None,
-                   argv: Sequence[str] | None = None) -> None:
-    """Append this start (or resume) to `overrides_history.yaml`: when, from where, the command and overrides."""
-    entry = {
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": " ".join(shlex.quote(a) for a in (sys.argv if argv is None else argv)),
-        "cwd": os.getcwd(),
-        "overrides": [o for o in overrides if not o.startswith("resume=")],
-    }
-    if resumed_from is not None:
-        entry["resumed_from"] = str(Path(resumed_from).resolve().relative_to(Path(run_dir).resolve()))
-    history = read_history(run_dir) + [entry]
-    text = OmegaConf.to_yaml(OmegaConf.create(history)).encode()
-    atomic_write_bytes(Path(run_dir) / HISTORY, lambda f: f.write(text))
 
 
 def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), argv: Sequence[str] | None = None) -> dict:

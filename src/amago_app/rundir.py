@@ -1,12 +1,17 @@
-"""Checkpoints, written so that a crash never leaves a half-written file where a reader looks.
+"""The run directory: its layout, atomic writes and checkpoints. The ground floor: imports nothing of amago_app.
+
+Everything is written so that a crash never leaves a half-written file where a reader looks.
 
     {run_dir}/config.yaml                                   the config (amago-eval and resume rebuild from it)
+    {run_dir}/config.resolved.yaml                          the same with every interpolation resolved
     {run_dir}/ckpts/training_states/epoch_{e}/main.pt       agent + optimizer + scheduler + counters
     {run_dir}/ckpts/training_states/epoch_{e}/rank{r}.pt    per-process state: RNGs, exploration, recorder
     {run_dir}/ckpts/policy_weights/policy_epoch_{e}.pt      agent state_dict
     {run_dir}/ckpts/latest/policy.pt                        newest agent state_dict
     {run_dir}/ckpts/best/policy.pt                          agent state_dict with the best validation return
     {run_dir}/ckpts/best/best.json                          its epoch, validation return and counters
+    {run_dir}/overrides_history.yaml                        every start and resume: command and overrides
+    {run_dir}/eval/eval_{time}.json                         amago-eval summaries
 
 Files go to hidden `.tmp-*` names first and are renamed into place; a training state is a directory that is
 assembled under `.tmp-epoch_{e}` by every process and renamed by the main process once all have written.
@@ -15,32 +20,45 @@ assembled under `.tmp-epoch_{e}` by every process and renamed by the main proces
 from __future__ import annotations
 
 import json
+import json
 import os
 import random
 import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 import numpy as np
 import torch
 
-from amago_app.data.files import atomic_write_bytes
-
+CONFIG_FILE = "config.yaml"
+RESOLVED_CONFIG_FILE = "config.resolved.yaml"
+HISTORY_FILE = "overrides_history.yaml"
+EVAL_DIR = "eval"
 EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
+
+
+def atomic_write_bytes(path: str | os.PathLike, writer: Callable[[BinaryIO], object]) -> None:
+    """Call `writer(file_object)` on a hidden `.tmp-*` file beside `path`, then rename it to `path`.
+
+    The one atomic write of the project: buffer files, checkpoints, configs and summaries all go through it.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            writer(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, lambda f: torch.save(obj, f))
 
 
 def rng_state() -> dict:
@@ -150,3 +168,23 @@ def find_training_state(path: str | os.PathLike) -> Path:
 def run_dir_of_state(state_dir: Path) -> Path:
     """`{run}/ckpts/training_states/epoch_N` -> `{run}`."""
     return state_dir.parent.parent.parent
+
+
+def locate(path: str | os.PathLike) -> tuple[Path, Path]:
+    """(run_dir, weights file) from a run directory, a policy .pt file, or a training-state directory."""
+    path = Path(path).expanduser().resolve()
+    if path.is_file() and path.suffix == ".pt":
+        if path.name == "main.pt":  # training state: ckpts/training_states/epoch_N/main.pt
+            return path.parents[3], path
+        run_dir = path.parents[2] if path.parent.parent.name == "ckpts" else path.parent
+        return run_dir, path
+    if (path / "main.pt").is_file():
+        return path.parents[2], path / "main.pt"
+    if (path / CONFIG_FILE).is_file():
+        latest = Checkpoints(path).latest
+        if latest.is_file():
+            return path, latest
+        raise FileNotFoundError(f"{path} has no saved weights at {latest}")
+    raise FileNotFoundError(
+        f"{path} is not a run directory (with {CONFIG_FILE}), a policy .pt file or a training-state directory"
+    )

@@ -2,7 +2,7 @@
 
     amago-convert-minari cartpole/random-v0 --buffer-root buffers --buffer-name cartpole-offline
     amago-convert-minari ~/.minari/datasets/cartpole/random-v0 --out my_demos/buffer/protected --max-episodes 500
-    python -m amago_app.data.minari ...                       # the same without the console script
+    python -m amago_app.cli.convert_minari ...                # the same without the console script
 
 Each episode becomes one `.npz` file in the buffer format (spec 01 §2, 02 §2), written atomically into the
 `protected/` directory of a buffer, where the trainer samples it but never deletes it. Then train offline with

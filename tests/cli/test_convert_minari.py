@@ -9,8 +9,8 @@ from gymnasium import spaces
 
 minari = pytest.importorskip("minari")
 
+from amago_app.cli.convert_minari import convert_minari, main  # noqa: E402
 from amago_app.data.files import load_trajectory  # noqa: E402
-from amago_app.data.minari import convert_minari, main  # noqa: E402
 from amago_app.trainer.run import train  # noqa: E402
 from conftest import compose_config  # noqa: E402
 

@@ -1,0 +1,105 @@
+"""A shared or foreign buffer never kills training; pickle files are read only when allowed."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from amago_app.data.dataset import DiskBuffer
+from amago_app.data.files import PickleNotAllowed, save_trajectory
+from conftest import random_trajectory
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def test_foreign_npz_and_misnamed_files_are_skipped_and_counted(tmp_path, caplog):
+    buf = DiskBuffer(tmp_path, "b", max_size=2)
+    good = [save_trajectory(random_trajectory(5, seed=i), buf.fifo_dir, "env", writer_id=f"w-{i}") for i in range(3)]
+    np.savez(buf.fifo_dir / "env_foreign_1.npz", weights=np.zeros(3))  # a foreign npz (wrong keys)
+    save_trajectory(random_trajectory(4), buf.fifo_dir, "env")
+    os.replace(next(p for p in buf.fifo_dir.glob("env_*") if p not in good and "foreign" not in p.name),
+               buf.fifo_dir / "demo.npz")  # a valid trajectory under a name without a timestamp
+    buf.refresh()
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        traj = buf.sample_random_trajectory(rng)
+        assert len(traj) in (4, 5)
+    assert buf.stats()["Skipped Files"] == 1
+    assert "not a trajectory file" in caplog.text and "env_foreign_1.npz" in caplog.text
+    deleted = buf.on_end_of_collection(0)["Files Deleted"]  # trimming ignores the misnamed file
+    assert deleted == 2 and (buf.fifo_dir / "demo.npz").exists()
+    assert buf.stats()["Misnamed FIFO Files"] == 1 and "not trimming" in caplog.text
+    buf.close()
+
+
+def test_pickle_traj_files_need_the_opt_in(tmp_path):
+    marker = tmp_path / "PWNED"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    buf = DiskBuffer(tmp_path, "b")
+    (buf.protected_dir / "env_x_1.0.traj").write_bytes(pickle.dumps(Payload()))
+    buf.refresh()
+    with pytest.raises(PickleNotAllowed, match="buffer.allow_pickle=true"):
+        buf.sample_random_trajectory(np.random.default_rng(0))
+    assert not marker.exists()
+    # own .traj files are readable once the user opts in
+    trusted = DiskBuffer(tmp_path, "t", allow_pickle=True)
+    save_trajectory(random_trajectory(3), trusted.fifo_dir, "env", fmt="traj")
+    trusted.refresh()
+    assert len(trusted.sample_random_trajectory(np.random.default_rng(0))) == 3
+
+
+WORKER = textwrap.dedent("""
+    import sys, time, numpy as np
+    from pathlib import Path
+    sys.path.insert(0, {conftest!r})
+
+    def barrier(name):  # both processes run the loop at the same time
+        Path({root!r}, name + "{seed}").touch()
+        while not all(Path({root!r}, name + s).exists() for s in "12"):
+            time.sleep(0.01)
+
+    from amago_app.data.dataset import DiskBuffer
+    from amago_app.data.files import save_trajectory
+    from conftest import random_trajectory
+    buf = DiskBuffer({root!r}, "shared", max_size=4)
+    rng = np.random.default_rng({seed})
+    deleted = samples = 0
+    barrier("start")
+    for i in range(100):
+        save_trajectory(random_trajectory(3 + i % 4, seed=i), buf.fifo_dir, "env", writer_id="p{seed}-%05d" % i)
+        deleted += buf.on_end_of_collection(i)["Files Deleted"]
+        if i % 25 == 0:
+            buf.refresh()  # like the trainer: the index is refreshed rarely, files vanish under it meanwhile
+        for _ in range(20):
+            buf.sample_random_trajectory(rng)
+            samples += 1
+    owner = buf.owns_trimming()
+    barrier("end")
+    print("deleted", deleted, "samples", samples, "owner", owner)
+""")
+
+
+def test_two_processes_share_one_small_buffer(tmp_path):
+    """Two real processes write, trim and sample one buffer with max_size=4: one owner trims, neither crashes."""
+    conftest = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER.format(conftest=conftest, root=str(tmp_path), seed=s)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for s in (1, 2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    reports = [out.split() for out, _ in outs]
+    deleted = sorted(int(r[1]) for r in reports)
+    assert deleted[0] == 0 and deleted[1] > 0, reports  # exactly one process owns trimming
+    assert all(int(r[3]) == 2000 for r in reports)
