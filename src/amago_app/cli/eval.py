@@ -15,7 +15,7 @@ overrides: any key of the run's saved config (env.horizon=20, env.parallel_actor
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # one line per message, also in logs
     if not argv or argv[0] in ("-h", "--help"):
         console.print(USAGE)
         return 0 if argv else 2

@@ -6,6 +6,7 @@ Fresh runs get their overrides from Hydra's composition; a saved run is already 
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 import sys
@@ -20,6 +21,26 @@ from amago_app.rundir import CONFIG_FILE, HISTORY_FILE, atomic_write_bytes
 
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
           "experiment", "hydra")
+
+
+_MISSING = object()
+
+
+def _check_key(cfg: DictConfig, key: str) -> None:
+    """A saved config has no schema to catch typos (`env.horizn=5`): name the closest keys instead."""
+    if OmegaConf.select(cfg, key, default=_MISSING, throw_on_missing=False) is not _MISSING:
+        return
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    if not OmegaConf.is_dict(node):
+        raise ValueError(f"{key} is not a key of the run's config ({parent or key} has no such entry); use +{key}=... "
+                         "to add a new key")
+    keys = [str(k) for k in node.keys()]
+    close = difflib.get_close_matches(leaf, keys, n=3)
+    prefix = f"{parent}." if parent else ""
+    hint = f"did you mean {', '.join(prefix + c for c in close)}? " if close else ""
+    raise ValueError(f"{key} is not a key of the run's config; {hint}valid keys{' under ' + parent if parent else ''}: "
+                     f"{', '.join(sorted(keys))} (+{key}=... adds a new key)")
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[str] = ("resume",)) -> DictConfig:
@@ -44,6 +65,8 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[st
                 node.pop(leaf, None)
             continue
         value = o.value()
+        if not (o.is_add() or o.is_force_add()):
+            _check_key(cfg, key)
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
     return cfg
