@@ -89,7 +89,7 @@ def bench_loop(args, tmp: Path) -> dict:
         fps.append(trainer.collect())
         trainer.dataset.refresh()
         if trainer.dataset.ready_for_training:
-            ups.append(trainer.train_epoch())
+            ups.append(trainer.update())
     trainer.close()
     return {"bench": "loop", "updates_per_s": round(max(ups), 2), "env_steps_per_s": round(max(fps), 1)}
 
@@ -98,14 +98,14 @@ def bench_rollout(args, tmp: Path) -> list[dict]:
     out = []
     for context in (10, 100, 1000):
         trainer = make_trainer(tmp, context, args.override)
-        actors, agent = trainer.val_actors, trainer.agent
-        actors.reset(agent, trainer.device)
-        actors.run(agent, trainer.device, min(context, 20))  # warm-up
-        actors.reset(agent, trainer.device)
-        actors.run(agent, trainer.device, context - 1)  # fill the context
+        rollout, agent = trainer.val_rollout, trainer.agent
+        rollout.reset(agent, trainer.device)
+        rollout.run(agent, trainer.device, min(context, 20))  # warm-up
+        rollout.reset(agent, trainer.device)
+        rollout.run(agent, trainer.device, context - 1)  # fill the context
         steps = 50
         start = time.perf_counter()
-        actors.run(agent, trainer.device, steps)  # these steps attend to a full context window
+        rollout.run(agent, trainer.device, steps)  # these steps attend to a full context window
         ms = 1000 * (time.perf_counter() - start) / steps
         trainer.close()
         out.append({"bench": "rollout", "context": context, "ms_per_step_8_actors": round(ms, 3)})

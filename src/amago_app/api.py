@@ -112,7 +112,7 @@ class Policy:
         self._batch = 1 if batch is None else int(batch)
         if self._batch < 1:
             raise ValueError(f"batch={batch!r} is not valid; choose None (one env) or a positive integer")
-        self._hidden = self.agent.traj_encoder.init_hidden_state(self._batch, self.device)
+        self._hidden = self.agent.init_hidden_state(self._batch, self.device)
         self._prev_action = np.zeros((self._batch, self._actions.dim), dtype=np.float32)
         self._time = np.zeros(self._batch, dtype=np.int64)
         self._started = True
@@ -132,7 +132,7 @@ class Policy:
             obs = {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, Mapping) else np.asarray(obs)[None]
         new = np.zeros(n, dtype=bool) if reset is None else np.broadcast_to(np.asarray(reset, dtype=bool), (n,)).copy()
         if new.any():
-            self._hidden = self.agent.traj_encoder.reset_hidden_state(self._hidden, torch.from_numpy(new).to(self.device))
+            self._hidden = self.agent.reset_hidden_state(self._hidden, torch.from_numpy(new).to(self.device))
             self._time[new] = 0
             self._prev_action[new] = 0.0
         rew = np.zeros(n, dtype=np.float32) if reward is None else np.broadcast_to(

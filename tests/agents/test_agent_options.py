@@ -672,7 +672,7 @@ HYDRA_CASES = [
                   "agent/fbc_filter_func=leaky_relu", "agent.fbc_filter_func.add_binary=false",
                   "agent.fbc_filter_func.target_f0=0.3"],
      lambda a: isinstance(a.actor, ResidualActor) and a.actor.net[0].out_features == 16
-     and isinstance(a.actor.net[2].norm1, torch.nn.RMSNorm) and filter_is(a, [0.0], [0.3])),
+     and isinstance(a.actor.net[3].norm1, torch.nn.RMSNorm) and filter_is(a, [0.0], [0.3])),
     ("continuous", ["agent.actor.continuous_dist_type=gmm", "agent/fbc_filter_func=exp",
                     "agent.fbc_filter_func.beta=0.5", "agent.fbc_filter_func.clip_weights_high=1.5"],
      lambda a: isinstance(dist_of(a), GMM) and filter_is(a, [0.5, 2.0], [np.exp(0.25), 1.5])),

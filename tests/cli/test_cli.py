@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,9 @@ from conftest import TINY
 
 def amago(tool: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
     module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}  # user errors: one line, no traceback
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +76,19 @@ def test_eval_on_another_env_config_and_saving_demos(trained_run):
 
 def test_eval_errors_are_one_line(trained_run):
     cwd, run = trained_run
-    r = amago("eval", str(cwd / "missing"), cwd=cwd)
-    assert r.returncode == 2 and "is not a run directory" in r.stdout and "Traceback" not in r.stdout + r.stderr
-    r = amago("eval", str(run), "env=gym", cwd=cwd)
-    assert r.returncode == 2 and "do not fit the agent" in r.stdout
-    r = amago("eval", str(run), "traj_encoder=gru", cwd=cwd)
-    assert r.returncode == 2 and "can swap the env group only" in r.stdout
+    cases = {
+        (str(cwd / "missing"),): "is not a run directory",
+        (str(run), "env=gym"): "do not fit the agent",
+        (str(run), "traj_encoder=gru"): "can swap the env group only",
+        (str(run), "env.horizn=5"): "env.horizn is not a key of the saved run's config",
+        (str(run), "parallel_actors=0"): "parallel_actors=0 must be an integer >= 1",
+        (str(run), "episodes=abc"): "episodes='abc' must be an integer >= 1",
+    }
+    for args, message in cases.items():
+        r = amago("eval", *args, cwd=cwd)
+        assert r.returncode == 2, (args, r.stderr[-2000:])
+        assert r.stderr.strip().splitlines() == [f"amago-eval: error: {r.stderr.split('error: ', 1)[1].strip()}"]
+        assert message in r.stderr, (args, r.stderr)
 
 
 def test_resume_from_the_command_line(trained_run):

@@ -68,28 +68,31 @@ def test_checkpoint_choice(run):
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("env.horizn=5", "env.horizn is not a key of the run's config; did you mean env.horizon?"),
-    ("parallel_actors=0", "parallel_actors=0 is not valid; choose an integer >= 1"),
-    ("episodes=abc", "episodes='abc' is not valid; choose an integer >= 1"),
+    ("env.horizn=5", "env.horizn is not a key of the saved run's config; did you mean env.horizon?"),
+    ("parallel_actors=0", "parallel_actors=0 must be an integer >= 1"),
+    ("episodes=abc", "episodes='abc' must be an integer >= 1"),
     ("checkpoint=99", "checkpoint=99 is not saved in"),
-    ("checkpoint=newest", "checkpoint='newest' is not valid; choose latest, best or an epoch number"),
-    ("video.format=avi", "video.format='avi' is not valid; choose mp4 | gif | both"),
+    ("checkpoint=newest", "checkpoint='newest' must be latest, best or an epoch number"),
+    ("video.format=avi", "video.format='avi' must be one of mp4 | gif | both"),
+    ("video.fps=0", "video.fps=0 must be an integer >= 1"),
 ])
 def test_bad_input_is_one_line(run, arg, message, capsys):
     from amago_app.cli.eval import main
 
     _, run_dir = run
-    assert main([str(run_dir), arg]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main([str(run_dir), arg])
+    assert exit_.value.code == 2
     out = capsys.readouterr()
-    lines = [line for line in out.out.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], out.out
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("amago-eval: error: ") and message in lines[0], out.err
     assert "Traceback" not in out.out + out.err
 
 
 def test_bad_input_exits_non_zero_from_the_shell(run):
     cwd, run_dir = run
     r = amago("eval", str(run_dir), "episodes=abc", cwd=cwd)
-    assert r.returncode == 2 and r.stdout.strip() == "amago-eval: episodes='abc' is not valid; choose an integer >= 1"
+    assert r.returncode == 2 and r.stderr.strip() == "amago-eval: error: episodes='abc' must be an integer >= 1"
 
 
 def test_videos_are_real_mp4_and_gif_files(run):

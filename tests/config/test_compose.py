@@ -26,6 +26,7 @@ NEEDS = {
                                  "+traj_encoder.d_hidden=16"],
     ("tstep_encoder", "custom"): ["tstep_encoder._target_=amago_app.nets.tstep.FFTstepEncoder",
                                   "+tstep_encoder.d_output=16"],
+    ("agent", "custom"): ["agent._target_=amago_app.agents.agent.Agent"],
     ("env", "custom"): ["env.make._target_=amago_app.envs.builtin.tmaze.TMazePassive", "+env.make.corridor_length=3"],
     # built-in rulesets: the named XLand benchmarks are downloaded on first use
     ("env", "xland"): ["env.make.benchmark=toy", "env.make.max_steps=20"],
@@ -117,8 +118,9 @@ def _cli(*args, cwd=None):
 
 def test_help_lists_groups_and_options():
     out = _cli("--help").stdout
+    groups = out.split("== Config ==")[0]
     for g in GROUPS:
-        assert f"{g}: " in out
+        assert f"\n  {g} " in groups
     assert "tmaze" in out and "transformer" in out
 
 

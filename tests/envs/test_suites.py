@@ -1,5 +1,5 @@
 """Benchmark suites with external dependencies (src/amago_app/envs/suites): each installed suite runs through
-`make_actors` / `AMAGOEnv` across episode ends; a missing package fails with one line naming the extra.
+`make_vector_env` / `AMAGOEnv` across episode ends; a missing package fails with one line naming the extra.
 
 Suites whose package is not installed are skipped (pytest.importorskip), except the missing-package tests,
 which fake the missing import and so run everywhere.
@@ -14,7 +14,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from amago_app.envs.actors import make_actors
+from amago_app.envs.vector import make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.trainer.build import build_envs
 from conftest import compose_config
@@ -103,11 +103,11 @@ def test_suite_modules_import_without_their_packages(monkeypatch):
 
 
 # --- POPGym ----------------------------------------------------------------------------------------------------
-def test_popgym_single_task_through_make_actors():
+def test_popgym_single_task_through_make_vector_env():
     pytest.importorskip("popgym")
     from amago_app.envs.suites.popgym import POPGymEnv
 
-    envs = make_actors(lambda: POPGymEnv("RepeatPreviousEasy"), 2)
+    envs = make_vector_env(lambda: POPGymEnv("RepeatPreviousEasy"), 2)
     assert envs.observation_space["observation"].shape == (5,)  # one-hot Discrete(4) obs + timer
     assert envs.action_space == spaces.Discrete(4)
     ends, _ = run_until(envs, episodes=2, max_steps=200)
@@ -128,7 +128,7 @@ def test_popgym_truncation_counts_as_termination_only_when_asked():
     from amago_app.envs.suites.popgym import POPGymEnv
 
     for flag in (True, False):  # MultiarmedBanditEasy ends by its time limit (200 steps)
-        envs = make_actors(lambda: POPGymEnv("popgym-MultiarmedBanditEasy-v0", truncated_is_done=flag), 1)
+        envs = make_vector_env(lambda: POPGymEnv("popgym-MultiarmedBanditEasy-v0", truncated_is_done=flag), 1)
         out = run_until(envs, episodes=1, max_steps=400)[0][0]
         assert out.truncated[0] and out.done[0] and out.step.terminal[0] == flag
         envs.close()
@@ -154,7 +154,7 @@ def test_popgym_multidomain_warmup_rewards_are_hidden():
     from amago_app.envs.suites.popgym import MultiDomainPOPGym
 
     tasks = ["RepeatPreviousEasy", "PositionOnlyCartPoleEasy", "MultiarmedBanditEasy"]
-    envs = make_actors(lambda: MultiDomainPOPGym(warmup_episodes=1, tasks=tasks), 2)
+    envs = make_vector_env(lambda: MultiDomainPOPGym(warmup_episodes=1, tasks=tasks), 2)
     assert envs.action_space == spaces.Discrete(10)  # the largest task's action count
     pad = 4  # RepeatPrevious one-hot(4) is the largest observation here
     assert envs.observation_space["observation"].shape == (pad + 4,)
@@ -236,7 +236,7 @@ def test_gymnax_through_amago_env_already_vectorized():
     from amago_app.envs.suites.gymnax import GymnaxVectorEnv, gymnax_space_to_gymnasium
     from gymnax.environments import spaces as gx
 
-    envs = make_actors(lambda: GymnaxVectorEnv("CartPole-v1", num_envs=3, params={"max_steps_in_episode": 12}), 3,
+    envs = make_vector_env(lambda: GymnaxVectorEnv("CartPole-v1", num_envs=3, params={"max_steps_in_episode": 12}), 3,
                        mode="already_vectorized")
     assert envs.observation_space["observation"].shape == (4,) and envs.action_space == spaces.Discrete(2)
     ends, _ = run_until(envs, episodes=3, max_steps=100)
@@ -279,7 +279,7 @@ def test_metaworld_k_shot_attempts_and_success_metrics():
     pytest.importorskip("metaworld")
     from amago_app.envs.suites.metaworld import MetaworldKShot
 
-    envs = make_actors(lambda: MetaworldKShot("reach-v2", k_episodes=2, max_episode_steps=10), 1)
+    envs = make_vector_env(lambda: MetaworldKShot("reach-v2", k_episodes=2, max_episode_steps=10), 1)
     assert envs.observation_space["observation"].shape == (40,) and envs.action_space.shape == (4,)
     rng = np.random.default_rng(0)
     ts = envs.reset(seed=0)
@@ -302,7 +302,7 @@ def test_atari_games_pinned_per_actor():
     pytest.importorskip("PIL")
     from amago_app.envs.suites.atari import AtariPinnedVectorEnv
 
-    envs = make_actors(lambda: AtariPinnedVectorEnv(["Pong", "Breakout"], num_envs=3, vector_mode="sync",
+    envs = make_vector_env(lambda: AtariPinnedVectorEnv(["Pong", "Breakout"], num_envs=3, vector_mode="sync",
                                                     max_frames=60), 3, mode="already_vectorized")
     assert envs.observation_space["observation"] == spaces.Box(0, 255, (3, 84, 84), np.uint8)
     assert envs.action_space == spaces.Discrete(18)
@@ -335,7 +335,7 @@ def test_babyai_multi_task_two_attempts():
     pytest.importorskip("minigrid")
     from amago_app.envs.suites.babyai import BabyAIMultiTask
 
-    envs = make_actors(lambda: BabyAIMultiTask(tasks=["GoToRedBallNoDists", "OneRoomS8"], k_episodes=2), 2)
+    envs = make_vector_env(lambda: BabyAIMultiTask(tasks=["GoToRedBallNoDists", "OneRoomS8"], k_episodes=2), 2)
     assert set(envs.observation_space.spaces) == {"image", "mission", "extra"}
     assert envs.observation_space["image"].shape == (7, 7, 3) and envs.action_space == spaces.Discrete(7)
     ends, metrics = run_until(envs, episodes=3, max_steps=400)
@@ -356,7 +356,7 @@ def test_xland_k_shot_vector_env():
     pytest.importorskip("xminigrid")
     from amago_app.envs.suites.xland import XLandKShotVectorEnv
 
-    envs = make_actors(lambda: XLandKShotVectorEnv("XLand-MiniGrid-R1-9x9", num_envs=2, k_episodes=2,
+    envs = make_vector_env(lambda: XLandKShotVectorEnv("XLand-MiniGrid-R1-9x9", num_envs=2, k_episodes=2,
                                                    benchmark="toy", max_steps=8), 2, mode="already_vectorized")
     assert envs.observation_space["image"].shape == (5, 5, 2) and envs.action_space == spaces.Discrete(6)
     ends, metrics = run_until(envs, episodes=2, max_steps=40)
@@ -375,7 +375,7 @@ def test_crafter_episode_end_and_achievement_metrics():
     pytest.importorskip("crafter")
     from amago_app.envs.suites.crafter import CrafterEnv
 
-    envs = make_actors(lambda: CrafterEnv(length=15), 1)
+    envs = make_vector_env(lambda: CrafterEnv(length=15), 1)
     assert envs.observation_space["observation"] == spaces.Box(0, 255, (64, 64, 3), np.uint8)
     assert envs.action_space == spaces.Discrete(17)
     out = run_until(envs, episodes=1, max_steps=20)[0][0]
@@ -401,7 +401,7 @@ def test_halfcheetah_velocity_reward_and_truncation():
     action = np.full(6, 0.5, np.float32)
     _, reward, *_ = env.step(action)
     assert reward <= -0.05 * float(np.sum(action**2)) + 1e-6
-    envs = make_actors(lambda: HalfCheetahVelocity(max_episode_steps=15), 2)
+    envs = make_vector_env(lambda: HalfCheetahVelocity(max_episode_steps=15), 2)
     assert envs.observation_space["observation"].shape == (17,) and envs.action_space.shape == (6,)
     out = run_until(envs, episodes=2, max_steps=15)[0][0]
     assert out.truncated.all() and not out.step.terminal.any()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from amago_app.envs.actors import make_actors
+from amago_app.envs.vector import make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 
 
@@ -125,7 +125,7 @@ def test_next_step_vector_envs_are_rejected():
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_actors_modes_agree(mode):
-    env = make_actors(lambda: Countdown(length=3, name="C_d"), 3, mode=mode)
+    env = make_vector_env(lambda: Countdown(length=3, name="C_d"), 3, mode=mode)
     try:
         env.reset(seed=1)
         dones = []
@@ -144,7 +144,7 @@ class Crashes(Countdown):
 
 
 def test_async_worker_crash_raises_instead_of_hanging():
-    env = make_actors(Crashes, 2, mode="async", step_timeout=20)
+    env = make_vector_env(Crashes, 2, mode="async", step_timeout=20)
     env.reset(seed=0)
     with pytest.raises(RuntimeError, match="an async env worker died"):
         env.step(np.array([[0], [0]]))
@@ -153,9 +153,9 @@ def test_async_worker_crash_raises_instead_of_hanging():
 
 def test_bad_mode_and_counts():
     with pytest.raises(ValueError, match="env mode 'threads' is not one of"):
-        make_actors(Countdown, 2, mode="threads")
+        make_vector_env(Countdown, 2, mode="threads")
     with pytest.raises(ValueError, match="got 1 env factories for parallel_actors=2"):
-        make_actors([Countdown], 2)
+        make_vector_env([Countdown], 2)
 
 
 class Hangs(Countdown):
@@ -166,7 +166,7 @@ class Hangs(Countdown):
 
 
 def test_async_worker_hang_times_out():
-    env = make_actors(Hangs, 2, mode="async", step_timeout=1.0)
+    env = make_vector_env(Hangs, 2, mode="async", step_timeout=1.0)
     env.reset(seed=0)
     with pytest.raises(RuntimeError, match="did not answer within 1.0s"):
         env.step(np.array([[0], [0]]))

@@ -369,6 +369,15 @@ def test_sigma_reparam_spectral_norm_and_power_iteration():
     first.sum().backward()
 
 
+def test_sigma_reparam_bias_keeps_the_linear_default_init():
+    torch.manual_seed(0)
+    d_in = 64
+    lin = A.SigmaReparamLinear(d_in, 4096)
+    bound = 1.0 / math.sqrt(d_in)
+    assert lin.bias.abs().max() <= bound
+    assert lin.bias.std().item() == pytest.approx(bound / math.sqrt(3.0), rel=0.05)
+
+
 # --- config -------------------------------------------------------------------------------------------------------
 def test_hydra_overrides_build_the_backend():
     from hydra import compose, initialize_config_dir

@@ -143,6 +143,42 @@ def test_discrete_clipping_samples_logprobs():
     assert soft.min() > 0 and torch.allclose(soft.sum(-1), torch.ones(2))
 
 
+def clipped_categorical_log_prob(raw: torch.Tensor, index: torch.Tensor, low=0.001, high=0.99) -> torch.Tensor:
+    """The original AMAGO's discrete policy written out step by step (float64): softmax, clamp into
+    [low, high], divide by the detached sum, then the Categorical's own normalization."""
+    p = torch.softmax(raw.double(), -1)
+    c = torch.clamp(p, low, high)
+    q = c / c.sum(-1, keepdim=True).detach()
+    q = q / q.sum(-1, keepdim=True)
+    return torch.log(q.gather(-1, index.unsqueeze(-1)).squeeze(-1))
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0, 12.0])
+def test_discrete_like_continuous_log_prob_gradient_is_the_clipped_policys(scale):
+    """The MultiTaskAgent's one-hot policy trains through the same clipped probabilities as `Discrete`:
+    probabilities outside [0.001, 0.99] get no gradient, so BC on a confident policy's unlikely actions does
+    not produce the ~20x larger actor gradients of plain log-softmax."""
+    torch.manual_seed(0)
+    f = DiscreteLikeContinuous()
+    raw = (scale * torch.randn(64, 5)).requires_grad_(True)
+    index = torch.randint(0, 5, (64,))
+    ours = f(raw).log_prob(F.one_hot(index, 5).float())
+    grad = torch.autograd.grad(ours.sum(), raw)[0]
+    raw_ref = raw.detach().double().requires_grad_(True)
+    ref = clipped_categorical_log_prob(raw_ref, index)
+    grad_ref = torch.autograd.grad(ref.sum(), raw_ref)[0]
+    torch.testing.assert_close(ours.double(), ref.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad.double(), grad_ref, atol=1e-5, rtol=1e-5)
+    # a confident policy: the greedy action above 0.99, every other below 0.001 -> zero gradient everywhere
+    confident = torch.tensor([[9.0, 0.0, -0.5, 0.3, -1.0]], requires_grad=True)
+    for i in range(5):
+        lp = f(confident).log_prob(F.one_hot(torch.tensor([i]), 5).float())
+        assert torch.autograd.grad(lp.sum(), confident)[0].abs().max() == 0.0
+    # and the straight-through sample is differentiable through the same clipped logits
+    r = f(confident).rsample((100,))
+    assert torch.autograd.grad((r * torch.randn_like(r)).sum(), confident)[0].abs().max() == 0.0
+
+
 def test_discrete_like_continuous():
     f = DiscreteLikeContinuous()
     assert f.is_discrete and f.one_hot_actions and f.has_rsample
@@ -151,12 +187,11 @@ def test_discrete_like_continuous():
     s = d.sample((6,))
     assert s.shape == (6, *SHAPE, A) and torch.equal(s.sum(-1), torch.ones(6, *SHAPE))
     assert set(s.unique().tolist()) <= {0.0, 1.0}
-    logp = torch.log_softmax(raw, -1)
     for i in range(A):
         onehot = F.one_hot(torch.full(SHAPE, i), A).float()
         lp = d.log_prob(onehot)
         assert torch.isfinite(lp).all()
-        torch.testing.assert_close(lp, logp[..., i])
+        torch.testing.assert_close(lp, clipped_categorical_log_prob(raw, torch.full(SHAPE, i)).float())
     assert torch.equal(d.mode(), F.one_hot(raw.argmax(-1), A).float())
     # straight-through Gumbel: hard one-hots forward, gradients to the logits backward
     r = d.rsample((3,))
@@ -208,6 +243,17 @@ def test_actor_heads(cls, kind, dist_key, dist):
     with pytest.raises(ValueError, match="models"):
         cls(state_dim=6, action_dim=A, action_kind=kind, num_gammas=2, **kw,
             **{dist_key: "multibinary" if kind != "multibinary" else "gmm"})
+
+
+def test_residual_actor_input_block_has_a_second_linear():
+    """Linear(D, F) -> act -> Linear(F, F), then the residual blocks and the output layer."""
+    D, F_, ff, blocks = 10, 256, 512, 2
+    actor = ResidualActor(state_dim=D, action_dim=A, action_kind="continuous", num_gammas=2, feature_dim=F_,
+                          residual_ff_dim=ff, residual_blocks=blocks, normalization="layer")
+    block = (F_ * ff + ff) + (ff * F_ + F_) + 2 * ff + 2 * F_  # two linears, two LayerNorms
+    expected = (D * F_ + F_) + (F_ * F_ + F_) + blocks * block + (F_ * 2 * 2 * A + 2 * 2 * A)
+    assert sum(p.numel() for p in actor.parameters()) == expected
+    assert isinstance(actor.net[2], torch.nn.Linear) and actor.net[2].in_features == actor.net[2].out_features == F_
 
 
 def test_residual_actor_structure():
@@ -341,6 +387,30 @@ def make_critic(kind: str, C: int = 3):
 
 def run_critic(critic, s, a):
     return critic(s) if getattr(critic, "discrete", False) and not critic.takes_actions else critic(s, a)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "continuous", "twohot"])
+def test_critic_init_matches_batched_ensemble_layers(kind):
+    """Weights U(+-sqrt(3 / fan_in)) (std 1 / sqrt(fan_in)), biases U(+-1 / sqrt(fan_in)); the first layer's
+    fan_in is the whole [state, gamma, action] input even though it is stored split by block."""
+    torch.manual_seed(0)
+    D, H, C = 128, 256, 4
+    kw = dict(num_critics=C, d_hidden=H, n_layers=2)
+    if kind == "twohot":
+        critic = NCriticsTwoHot(D, A, False, GAMMAS, min_return=-10.0, max_return=10.0, output_bins=64, **kw)
+    else:
+        critic = NCritics(D, A, kind == "discrete", GAMMAS, **kw)
+    fan_first = D if kind == "discrete" else D + 1 + A
+    first = [critic.w_state] + ([] if kind == "discrete" else [critic.w_gamma, critic.w_action])
+    layers = [(torch.cat([w.flatten() for w in first]), critic.b_first, fan_first)]
+    layers += [(layer.weight, layer.bias, H) for layer in [*critic.hidden, critic.out]]
+    for w, b, fan_in in layers:
+        w, b = w.detach().flatten(), b.detach().flatten()
+        assert w.abs().max() <= math.sqrt(3.0 / fan_in)
+        assert w.std().item() == pytest.approx(1.0 / math.sqrt(fan_in), rel=0.05 if w.numel() > 4000 else 0.25)
+        assert b.abs().max() <= 1.0 / math.sqrt(fan_in)
+        if b.numel() > 200:
+            assert b.std().item() == pytest.approx(1.0 / math.sqrt(3.0 * fan_in), rel=0.15)
 
 
 @pytest.mark.parametrize("kind", ["discrete", "continuous", "twohot"])

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,26 @@ def test_cli_under_torchrun(tmp_path):
     assert len(list(tmp_path.glob("**/offline-run-*"))) == 1
     assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 1
     assert len(list(tmp_path.glob("**/events.out.tfevents.*"))) == 2
+
+
+def test_workers_exit_when_the_launcher_is_killed(tmp_path):
+    """kill -9 of torchrun (it cannot stop its workers) must not leave them training as orphans."""
+    import psutil
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen([TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "amago_app.cli.train", *TINY,
+                                 "trainer.epochs=100000", "trainer.threads=1", f"hydra.run.dir={run_dir}"],
+                                cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "ckpts" / "training_states" / "epoch_0").exists():  # both workers are training
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        workers = [p for p in psutil.Process(launcher.pid).children(recursive=True) if "amago_app" in " ".join(p.cmdline())]
+        assert len(workers) == 2
+    finally:
+        launcher.kill()
+        launcher.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, [p.pid for p in alive]

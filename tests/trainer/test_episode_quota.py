@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
-from amago_app.envs.actors import make_actors
+from amago_app.envs.vector import make_vector_env
 from amago_app.trainer.evaluate import describe
-from amago_app.trainer.rollout import Actors, balanced_quota
+from amago_app.trainer.rollout import Rollout, balanced_quota
 
 
 class FixedLength(gym.Env):
@@ -33,17 +33,14 @@ class FixedLength(gym.Env):
         return np.zeros(1, np.float32), float(self.length) if done else 0.0, done, False, info
 
 
-class Uniform(torch.nn.Module):
-    """The least an `Actors.run` needs of an agent."""
+class Greedy0(torch.nn.Module):
+    """The least a `Rollout.run` needs of an agent: always action 0, no memory."""
 
-    class _Memory:
-        def init_hidden_state(self, n, device):
-            return None
+    def init_hidden_state(self, n, device):
+        return None
 
-        def reset_hidden_state(self, hidden, dones):
-            return hidden
-
-    traj_encoder = _Memory()
+    def reset_hidden_state(self, hidden, done):
+        return hidden
 
     def get_actions(self, obs, rl2, time_idx, hidden, sample=True):
         return torch.zeros(len(rl2), 1, 1, dtype=torch.uint8), hidden
@@ -60,10 +57,10 @@ def test_quotas_split_the_total_over_every_actor_of_every_process():
 
 def test_short_episodes_do_not_crowd_out_long_ones():
     lengths = [1, 5, 5]
-    envs = make_actors([lambda n=n: FixedLength(n) for n in lengths], 3)
-    actors = Actors(envs, seed=0)
-    stats = actors.run(Uniform(), torch.device("cpu"), steps=100, sample=False, episodes=6)
-    actors.close()
+    envs = make_vector_env([lambda n=n: FixedLength(n) for n in lengths], 3)
+    rollout = Rollout(envs, seed=0)
+    stats = rollout.run(Greedy0(), torch.device("cpu"), steps=100, sample=False, episodes=6)
+    rollout.close()
     # first-come counting would give 5 one-step episodes and 1 long one; a quota gives two of each actor
     assert stats.episodes == 6 and stats.quota == 6
     assert sorted(stats.lengths[next(iter(stats.lengths))]) == [1, 1, 5, 5, 5, 5]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.envs.actors import make_actors
+from amago_app.envs.vector import make_vector_env
 from amago_app.envs.builtin.tmaze import DOWN, RIGHT, UP, TMazePassive
 from amago_app.logging.metrics import read_jsonl
 from amago_app.trainer.run import train
@@ -23,7 +23,7 @@ def tmaze_demos(directory: Path, episodes: int, p_correct: float, p_random: floa
     probability `p_correct` (else away from it); any action is replaced by a uniformly random one with
     probability `p_random` (so that the data covers every action). Returns the success rate of the data."""
     directory.mkdir(parents=True, exist_ok=True)
-    envs = make_actors(lambda: TMazePassive(corridor_length=H), actors)
+    envs = make_vector_env(lambda: TMazePassive(corridor_length=H), actors)
     rec = TrajectoryRecorder(actors, max_seq_len=H + 1)
     ts = envs.reset(seed=seed)
     rec.start(ts)

@@ -86,7 +86,7 @@ def _resolved(*overrides):
 def test_tmaze_preset_is_the_readme_command():
     c = _resolved("+experiment=tmaze", "env.horizon=400")
     assert c["max_seq_len"] == c["buffer"]["traj_save_len"] == c["trainer"]["val_timesteps_per_epoch"] == 401
-    assert c["exploration"]["_target_"].endswith("CorridorEpsilonGreedy") and c["exploration"]["horizon"] == 401
+    assert c["exploration"]["_target_"].endswith("CorridorEpsilonGreedy") and c["exploration"]["horizon"] == 400
     assert (c["exploration"]["eps_end"], c["exploration"]["steps_anneal"]) == (0.01, 100_000)
     assert (c["env"]["parallel_actors"], c["env"]["mode"]) == (36, "sync")
     assert (c["traj_encoder"]["d_model"], c["traj_encoder"]["n_layers"]) == (128, 2)

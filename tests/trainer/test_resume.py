@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.envs.actors import make_actors
+from amago_app.envs.vector import make_vector_env
 from amago_app.envs.builtin.tmaze import TMazePassive
 from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints
@@ -18,7 +18,7 @@ from conftest import compose_config
 
 def _protected_data(buffer_dir, n_steps=40):
     """Random-policy T-maze rollouts written as protected files (offline data)."""
-    envs = make_actors(lambda: TMazePassive(corridor_length=3), 2)
+    envs = make_vector_env(lambda: TMazePassive(corridor_length=3), 2)
     rec = TrajectoryRecorder(2, max_seq_len=4)
     rec.start(envs.reset(seed=0))
     rng = np.random.default_rng(0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -30,6 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from amago_app.agents.base import BaseAgent
 from amago_app.agents.filters import binary_filter
 from amago_app.agents.returns import nstep_targets
 from amago_app.data.timestep import Batch, padding_mask
@@ -55,7 +57,25 @@ def action_kind_of(action_space: gym.spaces.Space) -> tuple[str, int]:
     raise TypeError(f"unsupported action space {action_space!r}")
 
 
-class Agent(nn.Module):
+@dataclass
+class CriticTerms:
+    """What the critic block of a forward pass hands to the shared actor loss (`Agent._critic_terms`)."""
+
+    loss: torch.Tensor
+    """Scalar critic loss (before `critic_loss_weight`)."""
+    online: torch.Tensor | None = None
+    """(B, T, G, 1) online actor term, signs and `online_coeff` applied (None: no online term)."""
+    advantage: torch.Tensor | None = None
+    """(B, T, G, 1) advantage of the data's actions for the BC filter, no gradient (None: zeros)."""
+    q_raw: torch.Tensor | None = None
+    """(B, T, C, G, 1) Q of the data's actions in the raw return scale (metrics)."""
+    y: torch.Tensor | None = None
+    """(B, T, G, 1) n-step targets (metrics)."""
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Extra metrics of log steps."""
+
+
+class Agent(BaseAgent):
     default_critic: Callable[..., nn.Module] = NCritics
 
     def __init__(
@@ -165,12 +185,18 @@ class Agent(nn.Module):
     def needs_critic(self) -> bool:
         return not self.fake_filter or self.online_coeff > 0
 
+    @property
+    def has_unused_parameters(self) -> bool:
+        return not self.needs_critic  # plain BC: the critics get no gradient
+
     def trainable_modules(self) -> dict[str, nn.Module]:
         return {"tstep_encoder": self.tstep_encoder, "traj_encoder": self.traj_encoder,
                 "critics": self.critics, "actor": self.actor}
 
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for m in self.trainable_modules().values() for p in m.parameters() if p.requires_grad]
+    def describe(self) -> str:
+        return (f"{type(self).__name__}: {type(self.tstep_encoder).__name__} -> {type(self.traj_encoder).__name__} "
+                f"(max_seq_len {self.max_seq_len}), {self.num_gammas} gammas, {self.num_critics} critics, "
+                f"online {self.online_coeff} / offline {self.offline_coeff}")
 
     @torch.no_grad()
     def update_targets(self) -> None:
@@ -277,58 +303,72 @@ class Agent(nn.Module):
         B, T = batch.rews.shape[:2]
         G = self.num_gammas
         s, mask = self._encode(batch)  # (B, T+1, D), (B, T, 1)
-        a_buf = self._buffer_actions(batch.actions)
-        a_crit = self.actor.dist.action_from_buffer(a_buf)
+        a_buf = self._buffer_actions(batch.actions)  # hard one-hots / bits / [-1, 1]
+        a_crit = self.actor.dist.action_from_buffer(a_buf)  # what the critics see (softened one-hots)
         dist = self.policy(self.actor, s, batch.obs)
-        actor_loss = torch.zeros(B, T, G, 1, device=s.device)
-        critic_loss = torch.zeros((), device=s.device)
         mask_g = mask.unsqueeze(2)  # (B, T, 1, 1) broadcasts over G
-        q_data = q_pi = y = weights = logp = None
-
+        actor_loss = torch.zeros(B, T, G, 1, device=s.device)
         if self.needs_critic:
-            # Q of the policy's actions uses frozen critic parameters and a detached state, so the actor
-            # terms move only the actor (and, through it, the encoders); Q of the data trains everything.
-            if self.discrete:
-                q_all = self._discrete_q_table(self.critics, s)  # Q(s, .): one pass serves both terms
-                q_data = NCritics.value_of(q_all[:, :-1], a_crit[:, :-1])  # (B, T, C, G, 1)
-                q_pi = NCritics.value_of(q_all.detach(), dist.probs)  # exact V(s) under pi, grad -> actor
-            else:
-                q_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, 1)
-                with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
-                    a_pi = dist.rsample((self.k_actor,)) if self.online_coeff > 0 else dist.sample((self.k_actor,))
-                    q_pi = self.critics(s.detach(), a_pi, detach_params=True).mean(0)  # (B, T+1, C, G, 1)
-            with torch.no_grad():
-                s_next = s[:, 1:].detach()
-                actor_next = self.target_actor if self.use_target_actor else self.actor
-                next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
-                if self.discrete:
-                    q_next = NCritics.value_of(self._discrete_q_table(self.target_critics, s_next), next_dist.probs)
-                else:
-                    a_next = next_dist.sample((self.k_critic,))
-                    q_next = self.target_critics(s_next, a_next).mean(0)
-                q_next = self._redq(self.popart.denormalize(q_next))  # (B, T, G, 1), current PopArt stats
-                y = self._td_targets(batch, q_next, mask)
-                self.popart.update_stats(y, mask_g)
-                y_norm = self.popart.normalize_values(y)
-            td = self.popart(q_data) - y_norm.unsqueeze(2)  # (B, T, C, G, 1)
-            critic_loss = masked_mean(td.square(), mask_g.unsqueeze(2))
-            if self.online_coeff > 0:
-                actor_loss = actor_loss - self.online_coeff * self.popart(q_pi[:, :-1].min(2).values)
+            critic = self._critic_terms(batch, s, mask, a_crit, dist, log_step)
+        else:
+            critic = CriticTerms(loss=torch.zeros((), device=s.device))
+        if critic.online is not None:
+            actor_loss = actor_loss + critic.online
 
+        weights = logp = None
         if self.offline_coeff > 0:
-            with torch.no_grad():
-                adv = (q_data.mean(2) - q_pi[:, :-1].mean(2)) if q_data is not None else torch.zeros_like(actor_loss)
+            adv = critic.advantage if critic.advantage is not None else torch.zeros_like(actor_loss)
             bc, weights, logp = self._filtered_bc(dist, a_buf, adv)
             actor_loss = actor_loss + bc
 
         actor_loss_mean = masked_mean(actor_loss, mask_g)
-        loss = actor_loss_mean + self.critic_loss_weight * critic_loss
+        loss = actor_loss_mean + self.critic_loss_weight * critic.loss
         metrics: dict[str, torch.Tensor] = {}
         if log_step:
-            q_raw = self.popart.denormalize(q_data) if q_data is not None else None
             metrics = self._metrics(batch=batch, mask=mask, s=s, dist=dist, actor_loss=actor_loss_mean,
-                                    critic_loss=critic_loss, q_raw=q_raw, y=y, weights=weights, logp=logp)
+                                    critic_loss=critic.loss, q_raw=critic.q_raw, y=critic.y, weights=weights,
+                                    logp=logp)
+            metrics.update(critic.metrics)
         return loss, metrics
+
+    def _critic_terms(self, batch: Batch, s: torch.Tensor, mask: torch.Tensor, a_crit: torch.Tensor, dist,
+                      log_step: bool) -> CriticTerms:
+        """AMAGO's critic block: scalar critics regressed on PopArt-normalized n-step targets, the DPG term
+        and the advantage of the data's actions. The one place `MultiTaskAgent` differs."""
+        mask_g = mask.unsqueeze(2)
+        # Q of the policy's actions uses frozen critic parameters and a detached state, so the actor
+        # terms move only the actor (and, through it, the encoders); Q of the data trains everything.
+        if self.discrete:
+            q_all = self._discrete_q_table(self.critics, s)  # Q(s, .): one pass serves both terms
+            q_data = NCritics.value_of(q_all[:, :-1], a_crit[:, :-1])  # (B, T, C, G, 1)
+            q_pi = NCritics.value_of(q_all.detach(), dist.probs)  # exact V(s) under pi, grad -> actor
+        else:
+            q_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, 1)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
+                a_pi = dist.rsample((self.k_actor,)) if self.online_coeff > 0 else dist.sample((self.k_actor,))
+                q_pi = self.critics(s.detach(), a_pi, detach_params=True).mean(0)  # (B, T+1, C, G, 1)
+        with torch.no_grad():
+            s_next = s[:, 1:].detach()
+            actor_next = self.target_actor if self.use_target_actor else self.actor
+            next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
+            if self.discrete:
+                q_next = NCritics.value_of(self._discrete_q_table(self.target_critics, s_next), next_dist.probs)
+            else:
+                a_next = next_dist.sample((self.k_critic,))
+                q_next = self.target_critics(s_next, a_next).mean(0)
+            q_next = self._redq(self.popart.denormalize(q_next))  # (B, T, G, 1), current PopArt stats
+            y = self._td_targets(batch, q_next, mask)
+            self.popart.update_stats(y, mask_g)
+            y_norm = self.popart.normalize_values(y)
+        td = self.popart(q_data) - y_norm.unsqueeze(2)  # (B, T, C, G, 1)
+        online = None
+        if self.online_coeff > 0:
+            online = -self.online_coeff * self.popart(q_pi[:, :-1].min(2).values)
+        with torch.no_grad():
+            adv = q_data.mean(2) - q_pi[:, :-1].mean(2)
+            q_raw = self.popart.denormalize(q_data) if log_step else None
+        return CriticTerms(loss=masked_mean(td.square(), mask_g.unsqueeze(2)), online=online, advantage=adv,
+                           q_raw=q_raw, y=y)
 
     @torch.no_grad()
     def _metrics(self, batch, mask, s, dist, actor_loss, critic_loss, q_raw, y, weights, logp):

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from amago_app.agents.agent import Agent, masked_mean
+from amago_app.agents.agent import Agent, CriticTerms, masked_mean
 from amago_app.data.timestep import Batch
 from amago_app.nets.heads.critics import NCriticsTwoHot
 from amago_app.nets.heads.distributions import Discrete, DiscreteLikeContinuous
@@ -67,56 +67,36 @@ class MultiTaskAgent(Agent):
         return k_critic, k_actor  # values are always sample estimates, discrete included
 
     # --- learning -----------------------------------------------------------------------------------
-    def forward(self, batch: Batch, log_step: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        B, T = batch.rews.shape[:2]
-        G = self.num_gammas
-        s, mask = self._encode(batch)  # (B, T+1, D), (B, T, 1)
-        a_buf = self._buffer_actions(batch.actions)  # hard one-hots / bits / [-1, 1]
-        a_crit = self.actor.dist.action_from_buffer(a_buf)  # softened one-hots for discrete
-        dist = self.policy(self.actor, s, batch.obs)
-        actor_loss = torch.zeros(B, T, G, 1, device=s.device)
-        critic_loss = torch.zeros((), device=s.device)
+    def _critic_terms(self, batch: Batch, s: torch.Tensor, mask: torch.Tensor, a_crit: torch.Tensor, dist,
+                      log_step: bool) -> CriticTerms:
+        """Two-hot / HL-Gauss classification critics on raw-scale targets, sample-based values of the policy."""
         mask_g = mask.unsqueeze(2)
-        q_data = y = weights = logp = logits_data = None
+        logits_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, bins)
+        with torch.no_grad():
+            q_data = self.critics.to_value(logits_data)  # (B, T, C, G, 1) raw scale
+            s_next = s[:, 1:].detach()
+            actor_next = self.target_actor if self.use_target_actor else self.actor
+            next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
+            a_next = next_dist.sample((self.k_critic,))  # (K_c, B, T, G, A), one-hots for discrete
+            q_next = self.target_critics.to_value(self.target_critics(s_next, a_next)).mean(0)
+            y = self._td_targets(batch, self._redq(q_next), mask)  # (B, T, G, 1)
+            self.popart.update_stats(y, mask_g)
+            labels = self.critics.labels(y[..., 0])  # (B, T, G, bins), identical for all critics
+        ce = -(labels.unsqueeze(2) * F.log_softmax(logits_data.float(), dim=-1)).sum(-1, keepdim=True)
+        critic_loss = masked_mean(ce, mask_g.unsqueeze(2))  # (B, T, C, G, 1) -> scalar
 
-        if self.needs_critic:
-            logits_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, bins)
-            with torch.no_grad():
-                q_data = self.critics.to_value(logits_data)  # (B, T, C, G, 1) raw scale
-                s_next = s[:, 1:].detach()
-                actor_next = self.target_actor if self.use_target_actor else self.actor
-                next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
-                a_next = next_dist.sample((self.k_critic,))  # (K_c, B, T, G, A), one-hots for discrete
-                q_next = self.target_critics.to_value(self.target_critics(s_next, a_next)).mean(0)
-                y = self._td_targets(batch, self._redq(q_next), mask)  # (B, T, G, 1)
-                self.popart.update_stats(y, mask_g)
-                labels = self.critics.labels(y[..., 0])  # (B, T, G, bins), identical for all critics
-            ce = -(labels.unsqueeze(2) * F.log_softmax(logits_data.float(), dim=-1)).sum(-1, keepdim=True)
-            critic_loss = masked_mean(ce, mask_g.unsqueeze(2))  # (B, T, C, G, 1) -> scalar
-
-            # values of the policy's actions: frozen critic parameters, detached state
-            online = self.online_coeff > 0
-            with torch.set_grad_enabled(torch.is_grad_enabled() and online):
-                a_pi = dist.rsample((self.k_actor,)) if online else dist.sample((self.k_actor,))
-                logits_pi = self.critics(s[:, :-1].detach(), a_pi[:, :, :-1], detach_params=True)
-                v_pi = self.critics.to_value(logits_pi).mean(0)  # (B, T, C, G, 1)
-            if online:
-                actor_loss = actor_loss - self.online_coeff * self.popart.normalize_values(v_pi.min(2).values)
-
-        if self.offline_coeff > 0:
-            with torch.no_grad():
-                adv = (q_data.mean(2) - v_pi.mean(2)) if q_data is not None else torch.zeros_like(actor_loss)
-            bc, weights, logp = self._filtered_bc(dist, a_buf, adv)
-            actor_loss = actor_loss + bc
-
-        actor_loss_mean = masked_mean(actor_loss, mask_g)
-        loss = actor_loss_mean + self.critic_loss_weight * critic_loss
-        metrics: dict[str, torch.Tensor] = {}
+        # values of the policy's actions: frozen critic parameters, detached state
+        online = self.online_coeff > 0
+        with torch.set_grad_enabled(torch.is_grad_enabled() and online):
+            a_pi = dist.rsample((self.k_actor,)) if online else dist.sample((self.k_actor,))
+            logits_pi = self.critics(s[:, :-1].detach(), a_pi[:, :, :-1], detach_params=True)
+            v_pi = self.critics.to_value(logits_pi).mean(0)  # (B, T, C, G, 1)
+        online_term = -self.online_coeff * self.popart.normalize_values(v_pi.min(2).values) if online else None
+        with torch.no_grad():
+            adv = q_data.mean(2) - v_pi.mean(2)
+        metrics = {}
         if log_step:
-            metrics = self._metrics(batch=batch, mask=mask, s=s, dist=dist, actor_loss=actor_loss_mean,
-                                    critic_loss=critic_loss, q_raw=q_data, y=y, weights=weights, logp=logp)
-            if logits_data is not None:
-                with torch.no_grad():
-                    top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
-                    metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
-        return loss, metrics
+            with torch.no_grad():
+                top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
+                metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
+        return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)

@@ -6,6 +6,8 @@ import sys
 
 from rich.console import Console
 
+from amago_app.cli.errors import report_user_errors
+
 USAGE = """usage: amago-eval <run dir | policy .pt | training-state dir> [options] [config overrides]
 
 options:   episodes=N  max_steps=N  sample=true|false  parallel_actors=N  save_trajs_to=DIR  output=FILE  seed=N  cpu=true
@@ -21,11 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     from amago_app.trainer.evaluate import evaluate  # heavy imports after argument checks
 
-    try:
+    with report_user_errors("amago-eval"):
         evaluate(argv[0], argv[1:], console=console)
-    except (FileNotFoundError, ValueError) as e:
-        console.print(f"[red]amago-eval: {e}[/]")
-        return 2
     return 0
 
 

@@ -1,28 +1,53 @@
-"""`amago-train`: compose the config with Hydra, then train (or resume)."""
+"""`amago-train`: compose the config with Hydra, then train (or resume).
+
+The task function returns the run's objective (`objective=final|best` validation return) so that Hydra
+sweepers such as Optuna can optimize it. Under Hydra's submitit launcher a job with several tasks (SLURM
+`nodes x tasks_per_node`, or the local launcher's `tasks_per_node`) is one DDP run: each task is one rank.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from amago_app.cli.errors import report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
-_interrupted = False
+_interrupted = False  # set when Ctrl-C stopped training (the state is saved); main() exits with 130
+
+OBJECTIVES = ("final", "best")
+
+
+def _ddp_env_from_submitit() -> None:
+    """In a submitit job of several tasks, export RANK/WORLD_SIZE/MASTER_ADDR/... for torch.distributed."""
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "RANK" in os.environ:
+        return  # not a submitit job, or a launcher (torchrun) already set the ranks
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks > 1:
+        # every task sees all GPUs of its node; accelerate picks cuda:LOCAL_RANK
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
-def _main(cfg: DictConfig) -> float | None:
-    global _interrupted
+def _main(cfg: DictConfig) -> float:
+    objective = cfg.get("objective", "final")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}")
     from amago_app.logging.metrics import sweep_job_names
-    from amago_app.trainer.run import train  # heavy imports after Hydra has parsed --help / --cfg
+    from amago_app.logging.results import VAL_RETURN, load_run  # heavy imports after Hydra has parsed --help / --cfg
+    from amago_app.trainer.run import train
 
     hc = HydraConfig.get()
+    _ddp_env_from_submitit()
     if hc.mode == RunMode.MULTIRUN and not cfg.get("resume"):
         # wandb: the sweep's jobs share a group (the sweep directory) and are named by what the sweep chose
         group, name = sweep_job_names(hc.sweep.dir, hc.job.num, list(hc.overrides.task), cfg.run_name)
@@ -30,9 +55,42 @@ def _main(cfg: DictConfig) -> float | None:
             cfg.logger.group = group
         if cfg.logger.get("name") is None:
             cfg.logger.name = name
-    result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
+    global _interrupted
+    with report_user_errors("amago-train"):
+        result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
     _interrupted = _interrupted or bool(result.get("interrupted"))
-    return result.get("val_return")  # the value a sweeper would optimize
+    run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
+    value = None
+    if (run_dir / "metrics" / "val.jsonl").is_file():  # only the main process writes metrics
+        run = load_run(run_dir, VAL_RETURN)
+        value = run.best if objective == "best" else run.final
+    # what a sweeper optimizes (Optuna marks a NaN trial as failed)
+    return math.nan if value is None else float(value)
+
+
+def _check_resume(args: list[str]) -> None:
+    """A bad `resume=` path fails here with one line: Hydra would resolve it inside `hydra.run.dir` first and
+    wrap the error in its own report."""
+    for arg in args:
+        if arg.startswith("resume=") and arg[len("resume="):] not in ("", "null") and "," not in arg:
+            from amago_app.rundir import find_training_state
+
+            find_training_state(arg[len("resume="):])
+
+
+def _exit_with_launcher() -> None:
+    """A worker started by `torchrun` / `accelerate launch` dies with its launcher, even when the launcher is
+    SIGKILLed and cannot stop it: the kernel sends this process SIGKILL when its parent exits (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux") or not ("TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before the request was in place
+        os._exit(1)
 
 
 def main() -> None:
@@ -40,9 +98,12 @@ def main() -> None:
     # working directory on the import path (python -m does)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    _exit_with_launcher()
+    with report_user_errors("amago-train"):
+        _check_resume(sys.argv[1:])
     _main()
     if _interrupted:
-        sys.exit(130)  # Ctrl-C: the training state is saved, the shell sees an interrupted command
+        sys.exit(130)  # Ctrl-C: the training state is saved; the shell sees an interrupted command
 
 
 if __name__ == "__main__":

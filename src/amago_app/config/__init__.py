@@ -15,7 +15,10 @@ def setup() -> None:
     """Register schemas and resolvers (idempotent); call before composing configs."""
     global _registered
     if not _registered:
+        from amago_app.config.help import register_help_resolver
+
         register_resolvers()
+        register_help_resolver()
         register_configs()
         _registered = True
 

@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 import time
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Sequence
 
@@ -23,27 +24,25 @@ GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffe
           "experiment", "hydra")
 
 
-_MISSING = object()
-
-
-def _check_key(cfg: DictConfig, key: str) -> None:
-    """A saved config has no schema to catch typos (`env.horizn=5`): name the closest keys instead."""
-    if OmegaConf.select(cfg, key, default=_MISSING, throw_on_missing=False) is not _MISSING:
-        return
+def _check_key(cfg: DictConfig, key: str, line: str) -> None:
+    """A saved config has no schema to catch typos (`env.horizn=5`): refuse unknown keys, naming the closest."""
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    if OmegaConf.is_dict(node) and leaf in node:
+        return
     if not OmegaConf.is_dict(node):
-        raise ValueError(f"{key} is not a key of the run's config ({parent or key} has no such entry); use +{key}=... "
-                         "to add a new key")
-    keys = [str(k) for k in node.keys()]
-    close = difflib.get_close_matches(leaf, keys, n=3)
+        raise ValueError(f"{key} is not a key of the saved run's config ({parent} has no entries); "
+                         f"add a new key with +{line}")
+    keys = sorted(str(k) for k in node.keys())
     prefix = f"{parent}." if parent else ""
+    close = difflib.get_close_matches(leaf, keys, n=3)
     hint = f"did you mean {', '.join(prefix + c for c in close)}? " if close else ""
-    raise ValueError(f"{key} is not a key of the run's config; {hint}valid keys{' under ' + parent if parent else ''}: "
-                     f"{', '.join(sorted(keys))} (+{key}=... adds a new key)")
+    raise ValueError(f"{key} is not a key of the saved run's config; {hint}valid keys"
+                     f"{' under ' + parent if parent else ''}: {', '.join(keys)} (add a new key with +{line})")
 
 
-def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[str] = ("resume",)) -> DictConfig:
+def apply_overrides(cfg: DictConfig, overrides: Sequence[str],
+                    skip: Sequence[str] = ("resume", "allow_targets")) -> DictConfig:
     """Apply command-line `key=value` / `+key=value` overrides to an already composed (saved) config.
 
     Group choices (`env=gym`) cannot be applied to a saved run: that would be a different run.
@@ -66,7 +65,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str], skip: Sequence[st
             continue
         value = o.value()
         if not (o.is_add() or o.is_force_add()):
-            _check_key(cfg, key)
+            _check_key(cfg, key, o.input_line)
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
     return cfg
@@ -104,3 +103,38 @@ def record_command(run_dir: Path, overrides: Sequence[str], resumed_from: Path |
     history = read_history(run_dir) + [entry]
     text = OmegaConf.to_yaml(OmegaConf.create(history)).encode()
     atomic_write_bytes(Path(run_dir) / HISTORY_FILE, lambda f: f.write(text))
+
+
+TRUSTED_TARGETS = ("amago_app.*",)
+
+
+def check_targets(cfg: DictConfig, allowed: Sequence[str] = (), source: str = "the saved config") -> None:
+    """Refuse `_target_`s outside `amago_app.` and the user's `allowed` patterns in a config read from disk.
+
+    A run directory may come from anywhere; `_target_: os.system` (or `torch.load` of a crafted file) would run
+    code the moment the config is instantiated, so only targets the user vouches for are instantiated.
+    """
+    patterns = list(TRUSTED_TARGETS) + [str(p) for p in (allowed or [])]
+
+    def walk(node, path):
+        if OmegaConf.is_dict(node):
+            for key in node.keys():
+                child_path = f"{path}.{key}" if path else str(key)
+                if key == "_target_":
+                    try:
+                        target = str(node[key])  # what instantiate would import (interpolations resolved)
+                    except Exception:  # noqa: BLE001 - an unresolvable target is judged by its raw text
+                        target = str(node._get_node(key)._value())
+                    if not any(fnmatchcase(target, p) for p in patterns):
+                        module = target.split(".")[0]
+                        raise ValueError(
+                            f"{source} has _target_ {target!r} at {path or '<root>'}, outside amago_app: refused "
+                            f"because instantiating it runs code; if you trust it, add allow_targets=[{module}.*]"
+                        )
+                else:
+                    walk(node._get_node(key), child_path)
+        elif OmegaConf.is_list(node):
+            for i, item in enumerate(node._iter_ex(resolve=False)):
+                walk(item, f"{path}[{i}]")
+
+    walk(cfg, "")

@@ -16,6 +16,12 @@ def _mul(*xs):
     return out
 
 
+def anneal_steps(epochs, steps_per_epoch, fraction):
+    """Exploration anneal length that follows the run: `fraction` of the env steps each actor takes in the whole
+    run (trainer.epochs x trainer.train_timesteps_per_epoch), at least 1 (learn-only runs take no steps)."""
+    return max(1, int(epochs * steps_per_epoch * fraction))
+
+
 def resume_dir(resume, default):
     """hydra.run.dir: the resumed run's directory when resuming, else the fresh default."""
     if resume in (None, "", "null"):
@@ -33,6 +39,6 @@ def resume_subdir(resume, stamp):
 
 def register_resolvers() -> None:
     for name, fn in {"resume_dir": resume_dir, "resume_subdir": resume_subdir, "add": _add, "mul": _mul, "max": lambda *xs: max(xs), "min": lambda *xs: min(xs),
-                     "int": lambda x: int(x)}.items():
+                     "int": lambda x: int(x), "anneal_steps": anneal_steps}.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

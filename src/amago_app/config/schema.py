@@ -1,7 +1,11 @@
 """Structured config schemas, one per config group, registered in Hydra's ConfigStore under `schema/<group>/<name>`.
 
 Every YAML option of a group starts its defaults list with one of these, so a typo in a YAML file or an
-override fails at composition time with the key's name. Components that need sizes only known at run time
+override fails at composition time with the key's name.
+
+One home per default: a component's defaults are its class's signature defaults. The schema repeats them (Hydra
+needs typed fields; `--help` shows their docstrings) and tests/config/test_defaults.py fails when the two differ;
+an option's YAML file states only what that option changes (e.g. the CPU-sized widths of the default memory). Components that need sizes only known at run time
 (observation/action spaces, `max_seq_len`) are `_partial_: true`; the trainer completes them. Swap any part
 with `group._target_=my_pkg.MyClass` and add its extra keys with `+group.key=value`.
 """
@@ -44,6 +48,8 @@ class EnvConfig:
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
     """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    nan_to_num: bool = False
+    """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 
 
 # --- timestep encoders ------------------------------------------------------------------------------------
@@ -130,9 +136,13 @@ class GRUTrajEncoderConfig:
     _target_: str = f"{_P}.nets.traj.gru.GRUTrajEncoder"
     _partial_: bool = True
     d_hidden: int = 256
+    """GRU hidden state size."""
     n_layers: int = 2
+    """Stacked GRU layers."""
     d_output: int = 256
+    """Size of the memory's output (a linear map of the last layer's hidden state)."""
     norm: Optional[str] = "layer"
+    """Norm of the output: layer, rmsnorm, unitball, unitball-detach, hypersphere, simnorm, none."""
 
 
 @dataclass
@@ -199,13 +209,10 @@ def _dist(name: str, **params) -> Any:
 
 
 @dataclass
-class ActorConfig:
-    """agent/actor=mlp: MLP actor head."""
+class ActorHeadConfig:
+    """What every actor head shares: the policy distributions (one per action-space kind)."""
 
-    _target_: str = f"{_P}.nets.heads.actor.Actor"
     _partial_: bool = True
-    n_layers: int = 2
-    d_hidden: int = 256
     activation: str = "leaky_relu"
     dropout_p: float = 0.0
     continuous_dist_type: Any = _dist("TanhGaussian")
@@ -218,21 +225,23 @@ class ActorConfig:
 
 
 @dataclass
-class ResidualActorConfig:
+class ActorConfig(ActorHeadConfig):
+    """agent/actor=mlp: MLP actor head."""
+
+    _target_: str = f"{_P}.nets.heads.actor.Actor"
+    n_layers: int = 2
+    d_hidden: int = 256
+
+
+@dataclass
+class ResidualActorConfig(ActorHeadConfig):
     """agent/actor=residual: Linear -> residual FF blocks -> Linear."""
 
     _target_: str = f"{_P}.nets.heads.actor.ResidualActor"
-    _partial_: bool = True
     feature_dim: int = 256
     residual_ff_dim: int = 512
     residual_blocks: int = 2
     normalization: Optional[str] = "layer"
-    activation: str = "leaky_relu"
-    dropout_p: float = 0.0
-    continuous_dist_type: Any = _dist("TanhGaussian")
-    """See agent/actor=mlp."""
-    discrete_dist_type: Any = _dist("Discrete", clip_prob_low=0.001, clip_prob_high=0.99)
-    multibinary_dist_type: Any = _dist("Multibinary")
 
 
 @dataclass
@@ -354,27 +363,28 @@ class MultiTaskAgentConfig(AgentConfig):
 # --- exploration ------------------------------------------------------------------------------------------
 @dataclass
 class NoExplorationConfig:
-    _target_: str = f"{_P}.envs.exploration.NoExploration"
+    _target_: str = f"{_P}.trainer.exploration.NoExploration"
     _partial_: bool = True
 
 
 @dataclass
 class EpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.EpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.EpsilonGreedy"
     _partial_: bool = True
     eps_start: float = 1.0
     eps_end: float = 0.05
     steps_anneal: int = 1_000_000
-    """Steps per actor over which eps decays."""
+    """Steps per actor over which eps decays. The exploration options set it to half the run's steps per actor
+    (`${anneal_steps:epochs,train_timesteps_per_epoch,0.5}`); the paper presets set absolute values."""
     randomize_eps: bool = True
     """Each actor scales eps by its own m ~ U[0, 1), redrawn when its rollout ends."""
 
 
 @dataclass
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
-    _target_: str = f"{_P}.envs.exploration.CorridorEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
-    """Rollout length: eps is `corridor_eps` for 0 < t < horizon - decision_steps."""
+    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
     decision_steps: int = 3
     corridor_eps: Optional[float] = None
     """null = 0.5 / horizon."""
@@ -382,7 +392,7 @@ class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
 
 @dataclass
 class BilevelEpsilonGreedyConfig:
-    _target_: str = f"{_P}.envs.exploration.BilevelEpsilonGreedy"
+    _target_: str = f"{_P}.trainer.exploration.BilevelEpsilonGreedy"
     _partial_: bool = True
     rollout_horizon: Any = MISSING
     """Rollout length over which eps decays from the start to the end schedule."""
@@ -484,6 +494,9 @@ class TrainerConfig:
     learning_rate: float = 1e-4
     lr_warmup_steps: int = 500
     grad_clip: float = 1.0
+    max_nonfinite_updates: int = 10
+    """Updates in a row with a non-finite loss or gradient (each one skipped and counted) before the run stops
+    with an error naming the last good checkpoint."""
     l2_coeff: float = 1e-3
     mixed_precision: str = "no"
     """no | bf16 | fp16."""
@@ -517,7 +530,11 @@ class LoggerConfig:
     mode: str = "online"
     """wandb mode: online | offline | disabled."""
     verbose: bool = True
-    """Live rich console."""
+    """Print to the console (epoch lines and progress); false = silent."""
+    console: str = "auto"
+    """auto (rich live bars on a terminal, plain full-width lines otherwise) | rich | plain."""
+    progress_interval: float = 60.0
+    """Plain console: seconds between progress lines (phase, steps, rate, run ETA)."""
 
 
 @dataclass
@@ -537,6 +554,11 @@ class Config:
     """Training window (transitions) = rollout context of the memory."""
     resume: Optional[str] = None
     """A run directory (or ckpts/training_states/epoch_N) to continue exactly where it stopped."""
+    allow_targets: list = field(default_factory=list)
+    """`_target_` patterns (fnmatch, e.g. `my_pkg.*`) trusted in a config read from a run directory (resume,
+    amago-eval) besides `amago_app.*`; any other target there is refused, since instantiating it runs code."""
+    objective: str = "final"
+    """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

@@ -62,6 +62,13 @@ class RLDataset(ABC):
     def close(self) -> None:
         """Release what the dataset holds (locks, files); called when training ends."""
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the dataset's own progress (files on disk are not part of it)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict()` after a resume."""
+
 
 class DoNothingDataset(RLDataset):
     """Never ready and saves nothing: evaluation-only experiments."""
@@ -153,6 +160,25 @@ class DiskBuffer(RLDataset):
     @property
     def ready_for_training(self) -> bool:
         return len(self._all_files) > self.min_size
+
+    def remove_unsaved(self, writer_id: str, files_written: int) -> int:
+        """Resume: delete this writer's FIFO files numbered `files_written` and later. They were written after the
+        checkpoint being resumed (by the run that crashed or was abandoned); the resumed run writes them anew."""
+        removed = 0
+        for path in self._list(self.fifo_dir):
+            parts = Path(path).name.split("_")
+            if len(parts) < 3 or not parts[1].startswith(writer_id + "-"):
+                continue
+            try:
+                seq = int(parts[1][len(writer_id) + 1:])
+            except ValueError:
+                continue
+            if seq >= files_written:
+                Path(path).unlink(missing_ok=True)
+                removed += 1
+        if removed:
+            self.refresh()
+        return removed
 
     def owns_trimming(self) -> bool:
         """Whether this process is the buffer's trimming owner (takes ownership if nobody holds it)."""

@@ -37,25 +37,71 @@ def default_env_name(env: gym.Env, fallback: str | None = None) -> str:
     return str(name).replace("/", "_")
 
 
-class ReportEnvName(gym.Wrapper):
-    """Puts the (possibly changing) env name into every info dict, so vector envs can pass it back."""
+_NAN_REMEDY = "fix the env, or set env.nan_to_num=true to replace non-finite values"
 
-    def __init__(self, env: gym.Env, env_name: str | None = None, fallback: str | None = None):
+
+class ReportEnvName(gym.Wrapper):
+    """Puts the (possibly changing) env name into every info dict, so vector envs can pass it back, and checks
+    what the env returns before the vector env batches it.
+
+    A wrong-shape observation or a NaN/inf observation or reward fails at that step with one line naming the env,
+    the observation key and the step of the episode (batching would fail later with a message naming none of
+    them, and a NaN would reach the network). `nan_to_num=True` (`env.nan_to_num=true`) replaces non-finite
+    values instead (NaN -> 0, +-inf -> the largest finite value of the dtype).
+    """
+
+    def __init__(self, env: gym.Env, env_name: str | None = None, nan_to_num: bool = False,
+                 fallback: str | None = None):
         super().__init__(env)
         self._fixed = env_name
-        self._fallback = fallback
+        self._fallback = fallback  # the config's env.name, for envs that do not name themselves
+        self.nan_to_num = nan_to_num
+        self._t = 0
+        space = env.observation_space
+        parts = space.spaces.items() if isinstance(space, gym.spaces.Dict) else [(None, space)]
+        self._boxes = {k: sub for k, sub in parts if isinstance(sub, gym.spaces.Box)}
 
     @property
     def env_name(self) -> str:
         return self._fixed if self._fixed is not None else default_env_name(self.env, self._fallback)
 
+    def _fail(self, what: str, remedy: str) -> None:
+        raise ValueError(f"env {self.env_name!r} returned {what} at step {self._t} of its episode; {remedy}")
+
+    def _check_obs(self, obs):
+        for key, box in self._boxes.items():
+            x = obs if key is None else obs[key]
+            arr = np.asarray(x)
+            name = "the observation" if key is None else f"observation key {key!r}"
+            if arr.shape != box.shape:
+                self._fail(f"{name} with shape {arr.shape}", f"its observation_space says {box.shape}")
+            if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+                if not self.nan_to_num:
+                    bad = arr[~np.isfinite(arr)].reshape(-1)[0]
+                    self._fail(f"a non-finite value ({bad}) in {name}", _NAN_REMEDY)
+                arr = np.nan_to_num(arr)
+                if key is None:
+                    obs = arr
+                else:
+                    obs = dict(obs)
+                    obs[key] = arr
+        return obs
+
     def reset(self, **kwargs):
+        self._t = 0
         obs, info = self.env.reset(**kwargs)
+        obs = self._check_obs(obs)
         info["env_name"] = self.env_name
         return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self._t += 1
+        obs = self._check_obs(obs)
+        if not np.isfinite(reward):
+            if not self.nan_to_num:
+                self._fail(f"a non-finite reward ({reward})", _NAN_REMEDY)
+            reward = float(np.nan_to_num(reward))
         info["env_name"] = self.env_name
         return obs, reward, terminated, truncated, info
 

@@ -176,3 +176,32 @@ class MetricsLogger:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def rollback_jsonl(run_dir: str | os.PathLike, epoch: int) -> int:
+    """Resume: drop the metric records of epochs >= `epoch` (logged after the checkpoint being resumed, by the run
+    that was abandoned) and any half-written last line, so every curve is one timeline. Returns rows dropped."""
+    from amago_app.rundir import atomic_write_bytes
+
+    dropped = 0
+    directory = Path(run_dir) / "metrics"
+    if not directory.is_dir():
+        return 0
+    for path in sorted(directory.glob("*.jsonl")):
+        keep = []
+        with open(path) as f:
+            lines = f.readlines()
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a crash
+                dropped += 1
+                continue
+            if row.get("epoch", 0) < epoch:
+                keep.append(line if line.endswith("\n") else line + "\n")
+            else:
+                dropped += 1
+        if len(keep) != len(lines):
+            text = "".join(keep).encode()
+            atomic_write_bytes(path, lambda f, text=text: f.write(text))
+    return dropped

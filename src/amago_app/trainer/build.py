@@ -1,19 +1,37 @@
-"""Config -> objects. Shared by training, resume and `amago-eval`."""
+"""Config -> objects: everything the trainer, resume and `amago-eval` construct is built here, so that
+`loop.py` only runs the epochs.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin, broadcast_object_list, set_seed
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from amago_app.agents.base import BaseAgent
 from amago_app.config.schema import BUFFER_KINDS
 from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
-from amago_app.envs.actors import ENV_MODES, actor_seed, make_actors
+from amago_app.data.loader import BatchLoader
+from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.envs.vector import ENV_MODES, actor_seed, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
+from amago_app.logging.console import RunConsole
+from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
+from amago_app.trainer.rollout import Rollout
+
+PRECISIONS = ("no", "bf16", "fp16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
 
 
 def build(node: Any, **kwargs) -> Any:
@@ -44,12 +62,13 @@ def env_factory(env_cfg: DictConfig, role: str):
 def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMAGOEnv:
     if cfg.env.mode not in ENV_MODES:
         raise ValueError(f"env.mode={cfg.env.mode!r} is not one of {ENV_MODES}")
-    return make_actors(
+    return make_vector_env(
         env_factory(cfg.env, role),
-        num_actors or cfg.env.parallel_actors,
+        cfg.env.parallel_actors if num_actors is None else num_actors,
         mode=cfg.env.mode,
         mp_context=cfg.env.mp_context,
         step_timeout=cfg.env.step_timeout,
+        nan_to_num=bool(cfg.env.get("nan_to_num", False)),
         env_name=cfg.env.get("name"),
     )
 
@@ -58,11 +77,12 @@ def env_seed(cfg: DictConfig, rank: int, role: str, epoch: int = 0) -> int:
     return actor_seed(cfg.seed + 7919 * epoch, rank, role)
 
 
-def build_agent(cfg: DictConfig, envs: AMAGOEnv):
+def build_agent(cfg: DictConfig, envs: AMAGOEnv) -> BaseAgent:
+    """The configured agent class, called as `agents/base.py` describes."""
     if cfg.max_seq_len < 1:
         raise ValueError(f"max_seq_len must be >= 1, got {cfg.max_seq_len}")
     make_agent = build(cfg.agent)
-    return make_agent(
+    agent = make_agent(
         obs_space=envs.observation_space,
         rl2_dim=1 + envs.action_dim,
         action_space=envs.action_space,
@@ -70,6 +90,10 @@ def build_agent(cfg: DictConfig, envs: AMAGOEnv):
         tstep_encoder=build(cfg.tstep_encoder),
         traj_encoder=build(cfg.traj_encoder),
     )
+    if not isinstance(agent, BaseAgent):
+        raise TypeError(f"agent._target_ built a {type(agent).__name__}, which does not implement "
+                        "amago_app.agents.base.BaseAgent")
+    return agent
 
 
 def build_exploration(cfg: DictConfig, envs: AMAGOEnv, seed: int):
@@ -123,3 +147,130 @@ def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
             smooth_sudden_starts=cfg.buffer.get("smooth_sudden_starts"),
         )
     raise ValueError(f"buffer.kind={kind!r} is not one of {BUFFER_KINDS}")
+
+
+# --- the trainer's parts ---------------------------------------------------------------------------------
+def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
+    """Checks the trainer options that `accelerate` consumes and builds the Accelerator (the thread count is set
+    before, by `trainer/threads.py`)."""
+    t = cfg.trainer
+    if t.mixed_precision not in PRECISIONS:
+        raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
+    for key, low in (("epochs", 0), ("batch_size", 1), ("batches_per_update", 1), ("train_batches_per_epoch", 0),
+                     ("train_timesteps_per_epoch", 0), ("val_timesteps_per_epoch", 0), ("log_interval", 1)):
+        if t.get(key) is not None and t.get(key) < low:
+            raise ValueError(f"trainer.{key}={t.get(key)} must be >= {low}")
+    if t.get("compile_mode") not in COMPILE_MODES:
+        raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
+    dynamo = None
+    if t.get("compile"):
+        # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
+        # mode=reduce-overhead adds CUDA graphs on GPUs
+        dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
+    log_with = None
+    if cfg.logger.get("tensorboard"):
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("logger.tensorboard=true needs the tensorboard package: "
+                             "pip install 'amago_app[tensorboard]'")
+        log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
+    return Accelerator(
+        cpu=t.cpu or not torch.cuda.is_available(),
+        mixed_precision=t.mixed_precision,
+        gradient_accumulation_steps=t.batches_per_update,
+        dynamo_plugin=dynamo,
+        log_with=log_with,
+        project_dir=str(Path(run_dir).resolve()),
+    )
+
+
+def shared_run_dir(acc: Accelerator, run_dir: str | Path) -> Path:
+    """The main process's run directory, on every process (their own Hydra dirs may differ by a second)."""
+    holder = [str(Path(run_dir).resolve())]
+    broadcast_object_list(holder)
+    shared = Path(holder[0])
+    own = Path(run_dir).resolve()
+    if own != shared and own.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in own.iterdir()):
+        shutil.rmtree(own, ignore_errors=True)  # this process's own (unused) Hydra directory
+    return shared
+
+
+def build_rollouts(cfg: DictConfig, rank: int, run_dir: Path) -> tuple[Rollout, Rollout]:
+    """(training rollout with exploration and a trajectory recorder, validation rollout with neither)."""
+    train_envs = build_envs(cfg, "train")
+    recorder = TrajectoryRecorder(
+        train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
+        cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + rank,
+        writer_id=f"{hashlib.sha1(str(run_dir).encode()).hexdigest()[:6]}r{rank}",
+    )
+    exploration = build_exploration(cfg, train_envs, seed=cfg.seed * 1000 + rank)
+    train = Rollout(train_envs, exploration, recorder, seed=env_seed(cfg, rank, "train"))
+    val = Rollout(build_envs(cfg, "val"), seed=env_seed(cfg, rank, "val"))
+    return train, val
+
+
+def build_loader(cfg: DictConfig, dataset: RLDataset, rank: int, device: torch.device) -> BatchLoader:
+    t = cfg.trainer
+    return BatchLoader(
+        dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
+        cfg.buffer.fixed_length or bool(t.get("compile")),
+        cfg.buffer.prefetch, seed=cfg.seed, rank=rank, pin_memory=device.type == "cuda",
+    )
+
+
+def lr_warmup(warmup_steps: int):
+    """LR multiplier of gradient step `step` (0-based): linear warmup (step + 1) / warmup, then 1."""
+    warmup = max(int(warmup_steps), 0)
+    return lambda step: min((step + 1) / warmup, 1.0) if warmup else 1.0
+
+
+def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv
+                  ) -> tuple[torch.nn.Module, BaseAgent, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """(model, agent, optimizer, scheduler): `model` is what the update calls (DDP and/or torch.compile wrapped),
+    `agent` the plain module behind it that rollouts, checkpoints and state-dict keys use."""
+    t = cfg.trainer
+    # identical initial weights and buffers on every rank (DDP does not broadcast buffers here), then per-rank
+    # randomness for sampling and dropout
+    set_seed(cfg.seed)
+    agent = build_agent(cfg, envs)
+    set_seed(cfg.seed + acc.process_index)
+    optimizer = torch.optim.AdamW(agent.trainable_parameters(), lr=t.learning_rate, weight_decay=t.l2_coeff)
+    # stepped once per gradient step by the loop (not by accelerate, which would step it once per process)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_warmup(t.lr_warmup_steps))
+    # DDP options depend on the agent (unused critics under plain BC), known only now; prepare() reads this
+    acc.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=agent.has_unused_parameters,
+                                                    broadcast_buffers=False)
+    model, optimizer = acc.prepare(agent, optimizer)
+    unwrapped = acc.unwrap_model(model)
+    return model, getattr(unwrapped, "_orig_mod", unwrapped), optimizer, scheduler
+
+
+def run_id(run_dir: Path) -> str:
+    """A stable wandb id per run directory, so a resumed run continues the same wandb run."""
+    return "".join(c for c in f"{run_dir.parent.name}-{run_dir.name}" if c.isalnum() or c in "-_")[-60:]
+
+
+def build_outputs(cfg: DictConfig, acc: Accelerator, run_dir: Path, elapsed: float, start_epoch: int):
+    """(metrics logger, console) of a run; both stay silent on processes other than the main one."""
+    is_main = acc.is_main_process
+    wandb_cfg = None
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if cfg.logger.wandb:
+        wandb_cfg = {"enabled": True, "project": cfg.logger.project, "entity": cfg.logger.entity,
+                     "group": cfg.logger.group, "name": cfg.logger.get("name"), "mode": cfg.logger.mode,
+                     "id": run_id(run_dir)}
+    tracker = None
+    if acc.log_with:
+        # the main process's run directory (other ranks' trackers do nothing); hyperparameters for
+        # TensorBoard's HParams view
+        acc.project_configuration.set_directories(str(run_dir))
+        acc.project_configuration.logging_dir = str(run_dir)
+        acc.init_trackers(TENSORBOARD_DIR, config=flat_hparams(config))
+        tracker = acc
+    logger = MetricsLogger(
+        run_dir, enabled=is_main, wandb_cfg=wandb_cfg, run_name=cfg.run_name,
+        config=config, start_time=time.time() - elapsed, tracker=tracker,
+    )
+    console = RunConsole(enabled=is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
+                         start_epoch=start_epoch, mode=cfg.logger.get("console", "auto"),
+                         progress_interval=cfg.logger.get("progress_interval", 60.0))
+    return logger, console

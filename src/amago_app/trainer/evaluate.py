@@ -30,12 +30,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
-from amago_app.config.overrides import GROUPS, apply_overrides, run_config
+from amago_app.config.overrides import GROUPS, apply_overrides, check_targets, run_config
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.logging.curves import load_run, t95
-from amago_app.rundir import CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, locate
+from amago_app.rundir import CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, locate, read_checkpoint
 from amago_app.trainer.build import build_agent, build_envs, env_seed
-from amago_app.trainer.rollout import Actors, RolloutStats
+from amago_app.trainer.rollout import Rollout, RolloutStats
 
 VIDEO_FORMATS = ("mp4", "gif", "both")
 
@@ -70,27 +70,43 @@ class EvalOptions:
     """Where to write the JSON summary (default: {run_dir}/eval/eval_{time}.json)."""
     seed: int = 0
     cpu: bool = False
+    allow_targets: list = field(default_factory=list)
+    """`_target_` patterns of the run's config to trust besides amago_app.* (e.g. [my_pkg.*])."""
     video: VideoOptions = field(default_factory=VideoOptions)
 
 
 # --- options -------------------------------------------------------------------------------------------------
-def _bad(key: str, value, choices: str) -> ValueError:
-    return ValueError(f"{key}={value!r} is not valid; choose {choices}")
+#: option -> (accepted types, lowest value for numbers, may be null)
+_OPTION_TYPES = {"episodes": (int, 1, False), "max_steps": (int, 1, True), "sample": (bool, None, True),
+                 "parallel_actors": (int, 1, True), "save_trajs_to": (str, None, True), "output": (str, None, True),
+                 "seed": (int, None, False), "cpu": (bool, None, False), "allow_targets": (list, None, False),
+                 "video.episodes": (int, 0, False), "video.fps": (int, 1, True), "video.dir": (str, None, True)}
+CHOICES = {"checkpoint": "latest, best or an epoch number (e.g. checkpoint=30)",
+           "video.format": " | ".join(VIDEO_FORMATS)}
 
 
-def _as_int(key: str, value, minimum: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
+def _checked_option(name: str, value):
+    if name == "checkpoint":
+        return parse_checkpoint(value)
+    if name == "video.format":
+        if value not in VIDEO_FORMATS:
+            raise ValueError(f"video.format={value!r} must be one of {CHOICES[name]}")
+        return value
+    if name not in _OPTION_TYPES:
+        known = sorted(set(_OPTION_TYPES) | set(CHOICES))
+        raise ValueError(f"{name} is not an amago-eval option; the options are {', '.join(known)}")
+    kind, low, nullable = _OPTION_TYPES[name]
+    if value is None and nullable:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _bad(key, value, f"an integer >= {minimum}" + (" or null" if allow_none else ""))
-    return value
-
-
-def _as_bool(key: str, value, allow_none: bool = False) -> bool | None:
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, bool):
-        raise _bad(key, value, "true or false" + (" or null" if allow_none else ""))
+    if kind is list and isinstance(value, str):
+        value = [value]
+    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)  # output=123 is a file name
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok or (low is not None and value < low):
+        what = {int: "an integer", bool: "true or false", str: "a path", list: "a list like [my_pkg.*]"}[kind]
+        bound = f" >= {low}" if low is not None else ""
+        raise ValueError(f"{name}={value!r} must be {what}{bound}")
     return value
 
 
@@ -99,37 +115,22 @@ def parse_checkpoint(value) -> str | int:
         return value
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise _bad("checkpoint", value, "latest, best or an epoch number (e.g. checkpoint=30)")
+    raise ValueError(f"checkpoint={value!r} must be {CHOICES['checkpoint']}")
 
 
 def split_overrides(args: Sequence[str]) -> tuple[EvalOptions, list[str]]:
     """Evaluation options (episodes=, sample=, video.episodes=, ...), checked, vs config overrides."""
     opts = EvalOptions()
     names = {f.name for f in fields(EvalOptions)} - {"video"}
-    video_names = {f.name for f in fields(VideoOptions)}
     rest = []
     for o in OverridesParser.create().parse_overrides(list(args)):
-        key, value = o.key_or_group, o.value()
+        key = o.key_or_group
         if key in names:
-            setattr(opts, key, value)
+            setattr(opts, key, _checked_option(key, o.value()))
         elif key.startswith("video."):
-            if key[6:] not in video_names:
-                raise _bad(key, value, "one of " + ", ".join(f"video.{n}" for n in sorted(video_names)))
-            setattr(opts.video, key[6:], value)
+            setattr(opts.video, key[len("video."):], _checked_option(key, o.value()))
         else:
             rest.append(o.input_line)
-    opts.episodes = _as_int("episodes", opts.episodes, 1)
-    opts.max_steps = _as_int("max_steps", opts.max_steps, 1, allow_none=True)
-    opts.parallel_actors = _as_int("parallel_actors", opts.parallel_actors, 1, allow_none=True)
-    opts.seed = _as_int("seed", opts.seed, 0)
-    opts.sample = _as_bool("sample", opts.sample, allow_none=True)
-    opts.cpu = _as_bool("cpu", opts.cpu)
-    opts.checkpoint = parse_checkpoint(opts.checkpoint)
-    v = opts.video
-    v.episodes = _as_int("video.episodes", v.episodes, 0)
-    v.fps = _as_int("video.fps", v.fps, 1, allow_none=True)
-    if v.format not in VIDEO_FORMATS:
-        raise _bad("video.format", v.format, " | ".join(VIDEO_FORMATS))
     return opts, rest
 
 
@@ -161,7 +162,7 @@ def sweep_runs(path: Path) -> list[Path]:
 
 
 def load_weights(agent: torch.nn.Module, weights: Path) -> None:
-    state = torch.load(weights, map_location="cpu", weights_only=True)  # tensors and plain values only
+    state = read_checkpoint(weights)  # weights_only: a crafted file cannot run code
     if isinstance(state, dict) and "agent" in state and "optimizer" in state:  # a training state
         state = state["agent"]
     try:
@@ -174,10 +175,14 @@ def load_weights(agent: torch.nn.Module, weights: Path) -> None:
         ) from None
 
 
-def eval_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
-    """The run's config (with its resumes' overrides) plus `overrides`; `env=<option>` swaps in that env group."""
+def eval_config(run_dir: Path, overrides: Sequence[str], allow_targets: Sequence[str] = ()) -> DictConfig:
+    """The run's config (with its resumes' overrides) plus `overrides`; `env=<option>` swaps in that env group.
+
+    The saved config's `_target_`s must lie under `amago_app.` or match `allow_targets` (it may come from anyone).
+    """
     setup()
     cfg = run_config(run_dir)
+    check_targets(cfg, allow_targets, source=str(run_dir / CONFIG_FILE))
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     group_choices = [o for o in parsed if o.key_or_group in GROUPS]
     others = [o.input_line for o in parsed if o.key_or_group not in GROUPS]
@@ -236,7 +241,7 @@ def evaluate(path: str | Path, args: Sequence[str] = (), console=None) -> dict:
 
 
 def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Sequence[str], console=None) -> dict:
-    cfg = eval_config(run_dir, overrides)
+    cfg = eval_config(run_dir, overrides, opts.allow_targets)
     device = torch.device("cuda" if torch.cuda.is_available() and not opts.cpu else "cpu")
     envs = build_envs(cfg, "test", num_actors=opts.parallel_actors)
     agent = build_agent(cfg, envs).to(device)
@@ -246,15 +251,15 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
     if opts.save_trajs_to:
         Path(opts.save_trajs_to).mkdir(parents=True, exist_ok=True)
         recorder = TrajectoryRecorder(envs.num_envs, cfg.max_seq_len, None, False, cfg.buffer.save_trajs_as)
-    actors = Actors(envs, recorder=recorder, seed=env_seed(cfg, 0, "test") + opts.seed)
+    rollout = Rollout(envs, recorder=recorder, seed=env_seed(cfg, 0, "test") + opts.seed)
     per_actor = math.ceil(opts.episodes / envs.num_envs)
     max_steps = opts.max_steps or 4 * cfg.trainer.val_timesteps_per_epoch * per_actor
     start = time.perf_counter()
     try:
-        stats = actors.run(agent, device, max_steps, sample=sample, episodes=opts.episodes,
+        stats = rollout.run(agent, device, max_steps, sample=sample, episodes=opts.episodes,
                            save_on_done_to=opts.save_trajs_to)
     finally:
-        actors.close()
+        rollout.close()
     seconds = time.perf_counter() - start
     summary = {
         "run_dir": str(run_dir), "weights": str(weights), "checkpoint": opts.checkpoint, "env": cfg.env.name,

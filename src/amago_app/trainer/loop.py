@@ -1,134 +1,83 @@
-"""The experiment: epochs of  validate -> collect -> buffer housekeeping -> gradient updates -> checkpoint.
+"""The experiment, one epoch at a time:  validate -> collect -> store -> update -> checkpoint.
 
 Every process runs its own actors and samples its own batches; gradients are averaged by DDP through
-`accelerate`. Only the main process writes the run directory and trims the buffer.
+`accelerate`. Only the main process writes the run directory and trims the buffer. Everything the loop uses
+is built by `trainer/build.py`; the checkpoint files are written and read by `amago_app.rundir`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import shlex
-import shutil
 import signal
 import threading
 import time
-from contextlib import nullcontext
+import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import (
-    DistributedDataParallelKwargs,
-    TorchDynamoPlugin,
-    broadcast_object_list,
-    gather_object,
-    set_seed,
-)
+from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.data.loader import BatchLoader
-from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.logging.console import RunConsole
-from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
-from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, rng_state, set_rng_state
-from amago_app.trainer.build import build_agent, build_buffer, build_envs, build_exploration, env_seed
+from amago_app.logging.console import RunConsole, success_summary
+from amago_app.logging.metrics import MetricsLogger, rollback_jsonl
+from amago_app.rundir import (
+    CONFIG_FILE,
+    EPOCH_DIR,
+    RESOLVED_CONFIG_FILE,
+    Checkpoints,
+    atomic_write_bytes,
+    crash_point,
+    load_training_state,
+)
+from amago_app.trainer.build import (
+    build_accelerator,
+    build_buffer,
+    build_learner,
+    build_loader,
+    build_outputs,
+    build_rollouts,
+    env_seed,
+    shared_run_dir,
+)
 from amago_app.trainer.modes import effective_config, has_edit_rights
-from amago_app.trainer.rollout import Actors, balanced_quota
+from amago_app.trainer.rollout import balanced_quota
 from amago_app.trainer.threads import ThreadBudget
-
-PRECISIONS = ("no", "bf16", "fp16")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
 
 
 def _fmt(x: float | None) -> str:
     return "--" if x is None else f"{x:.3g}"
 
 
+class TrainingDiverged(FloatingPointError):
+    """Updates kept producing non-finite numbers; the message names the last good checkpoint."""
+
+
+def _all_finite(state: dict) -> bool:
+    return all(torch.isfinite(v).all() for v in state.values() if torch.is_tensor(v) and v.is_floating_point())
+
+
 class Trainer:
+    """One run: the parts built by `trainer/build.py`, the counters, and the epoch loop over them."""
+
     def __init__(self, cfg: DictConfig, run_dir: str | Path):
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
-        t = cfg.trainer
-        if t.mixed_precision not in PRECISIONS:
-            raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
-        if t.batch_size < 1 or t.train_batches_per_epoch < 0 or t.train_timesteps_per_epoch < 0:
-            raise ValueError("trainer.batch_size must be >= 1 and the per-epoch step counts >= 0")
+        self.cfg, t = cfg, cfg.trainer
         self.threads = ThreadBudget(t.get("threads", "auto"))  # before any torch work: sizes the thread pool
-        self.cfg = cfg
-        if t.get("compile_mode") not in COMPILE_MODES:
-            raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
-        dynamo = None
-        if t.get("compile"):
-            # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
-            # mode=reduce-overhead adds CUDA graphs on GPUs
-            dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
-        log_with = None
-        if cfg.logger.get("tensorboard"):
-            if importlib.util.find_spec("tensorboard") is None:
-                raise ValueError("logger.tensorboard=true needs the tensorboard package: "
-                                 "pip install 'amago_app[tensorboard]'")
-            log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
-        self.accelerator = Accelerator(
-            cpu=t.cpu or not torch.cuda.is_available(),
-            mixed_precision=t.mixed_precision,
-            gradient_accumulation_steps=t.batches_per_update,
-            dynamo_plugin=dynamo,
-            log_with=log_with,
-            project_dir=str(Path(run_dir).resolve()),
-        )
-        acc = self.accelerator
-        self.rank, self.is_main = acc.process_index, acc.is_main_process
-        self.device = acc.device
-        # all processes use the main process's run directory (their own Hydra dirs may differ by a second)
-        holder = [str(Path(run_dir).resolve())]
-        broadcast_object_list(holder)
-        self.run_dir = Path(holder[0])
-        own = Path(run_dir).resolve()
-        if own != self.run_dir and own.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in own.iterdir()):
-            shutil.rmtree(own, ignore_errors=True)  # this process's own (unused) Hydra directory
+        self.accelerator = acc = build_accelerator(cfg, run_dir)
+        self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
+        self.run_dir = shared_run_dir(acc, run_dir)
         set_seed(cfg.seed + self.rank)
 
-        # envs, exploration, data
-        self.train_envs = build_envs(cfg, "train")
-        self.val_envs = build_envs(cfg, "val")
+        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.rank, self.run_dir)
+        self.train_envs, self.val_envs = self.train_rollout.envs, self.val_rollout.envs
+        self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.dataset = build_buffer(cfg, self.run_dir)
         self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
-        self.recorder = TrajectoryRecorder(
-            self.train_envs.num_envs, cfg.max_seq_len, cfg.buffer.traj_save_len, cfg.buffer.stagger_traj_file_lengths,
-            cfg.buffer.save_trajs_as, seed=cfg.seed * 1000 + self.rank,
-            writer_id=f"{hashlib.sha1(str(self.run_dir).encode()).hexdigest()[:6]}r{self.rank}",
-        )
-        self.exploration = build_exploration(cfg, self.train_envs, seed=cfg.seed * 1000 + self.rank)
-        self.train_actors = Actors(self.train_envs, self.exploration, self.recorder,
-                                   seed=env_seed(cfg, self.rank, "train"))
-        self.val_actors = Actors(self.val_envs, seed=env_seed(cfg, self.rank, "val"))
-        self.loader = BatchLoader(
-            self.dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
-            cfg.buffer.fixed_length or bool(t.get("compile")),
-            cfg.buffer.prefetch, seed=cfg.seed, rank=self.rank, pin_memory=self.device.type == "cuda",
-        )
-
-        # agent and optimization: identical initial weights and buffers on every rank (DDP does not
-        # broadcast buffers here), then per-rank randomness for sampling and dropout
-        set_seed(cfg.seed)
-        agent = build_agent(cfg, self.train_envs)
-        set_seed(cfg.seed + self.rank)
-        self.optimizer = torch.optim.AdamW(agent.trainable_parameters(), lr=t.learning_rate, weight_decay=t.l2_coeff)
-        warmup = max(int(t.lr_warmup_steps), 0)
-        # stepped once per gradient step by us (not by accelerate, which would step it once per process)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min((step + 1) / warmup, 1.0) if warmup else 1.0
-        )
-        # DDP options depend on the agent (unused critics under plain BC), known only now; prepare() reads this
-        acc.ddp_handler = DistributedDataParallelKwargs(
-            find_unused_parameters=not agent.needs_critic, broadcast_buffers=False
-        )
-        self.model, self.optimizer = acc.prepare(agent, self.optimizer)
-        # the plain module (no DDP, no torch.compile wrapper): rollouts, checkpoints and state-dict keys use it
-        unwrapped = acc.unwrap_model(self.model)
-        self.agent = getattr(unwrapped, "_orig_mod", unwrapped)
+        self.loader = build_loader(cfg, self.dataset, self.rank, self.device)
+        self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
 
         # counters (all checkpointed)
@@ -137,6 +86,8 @@ class Trainer:
         self.total_frames = 0
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
+        self.nonfinite_skipped = 0  # updates skipped for a non-finite loss or gradient (all time)
+        self.nonfinite_in_a_row = 0
         self._stop_requested = False  # set by Ctrl-C (see learn)
         self._previous_sigint = None
         self._val_episodes = 0
@@ -145,6 +96,7 @@ class Trainer:
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
         self.latest_source = Checkpoints(t.policy_from).latest if t.get("policy_from") else self.ckpts.latest
         self.logger: MetricsLogger | None = None
+        self.last_val_summary: dict[str, float] = {}
         self.console: RunConsole | None = None
 
     # --- set-up and logging -------------------------------------------------------------------------
@@ -152,31 +104,7 @@ class Trainer:
         if self.is_main:
             self.ckpts.make_dirs()
         self.accelerator.wait_for_everyone()
-        cfg = self.cfg
-        wandb_cfg = None
-        config = OmegaConf.to_container(cfg, resolve=True)
-        if cfg.logger.wandb:
-            wandb_cfg = {"enabled": True, "project": cfg.logger.project, "entity": cfg.logger.entity,
-                         "group": cfg.logger.group, "name": cfg.logger.get("name"), "mode": cfg.logger.mode,
-                         "id": self.run_id()}
-        tracker = None
-        if self.accelerator.log_with:
-            # the main process's run directory (other ranks' trackers do nothing); hyperparameters for
-            # TensorBoard's HParams view
-            self.accelerator.project_configuration.set_directories(str(self.run_dir))
-            self.accelerator.project_configuration.logging_dir = str(self.run_dir)
-            self.accelerator.init_trackers(TENSORBOARD_DIR, config=flat_hparams(config))
-            tracker = self.accelerator
-        self.logger = MetricsLogger(
-            self.run_dir, enabled=self.is_main, wandb_cfg=wandb_cfg, run_name=cfg.run_name,
-            config=config, start_time=time.time() - self.elapsed, tracker=tracker,
-        )
-        self.console = RunConsole(enabled=self.is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
-                                  start_epoch=self.epoch)
-
-    def run_id(self) -> str:
-        """A stable wandb id per run directory, so a resumed run continues the same wandb run."""
-        return "".join(c for c in f"{self.run_dir.parent.name}-{self.run_dir.name}" if c.isalnum() or c in "-_")[-60:]
+        self.logger, self.console = build_outputs(self.cfg, self.accelerator, self.run_dir, self.elapsed, self.epoch)
 
     def x_axes(self) -> dict[str, float]:
         axes = {"total_frames": self.total_frames, "epoch": self.epoch, "gradient_steps": self.gradient_steps}
@@ -189,7 +117,6 @@ class Trainer:
     def describe(self) -> None:
         if not self.console or not self.console.enabled:
             return
-        a = self.agent
         n_params = sum(p.numel() for p in self.params)
         c = self.cfg
         self.console.print(
@@ -197,9 +124,7 @@ class Trainer:
             f"  env {c.env.name}: {self.train_envs.num_envs} x {self.accelerator.num_processes} actors ({c.env.mode}), "
             f"obs {dict((k, v.shape) for k, v in self.train_envs.observation_space.items())}, "
             f"actions {self.train_envs.action_space}\n"
-            f"  agent {type(a).__name__}: {type(a.tstep_encoder).__name__} -> {type(a.traj_encoder).__name__} "
-            f"(max_seq_len {c.max_seq_len}), {n_params:,} trainable parameters, {a.num_gammas} gammas, "
-            f"{a.num_critics} critics, online {a.online_coeff} / offline {a.offline_coeff}\n"
+            f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{c.trainer.mixed_precision}, torch threads {self.threads.describe()}\n"
             f"  buffer {self.dataset.get_description()}"
@@ -216,24 +141,20 @@ class Trainer:
         """Mixed precision for acting only on GPUs: on CPU a batch of a few envs runs faster in fp32."""
         return self.accelerator.autocast() if self.device.type == "cuda" else nullcontext()
 
-    def _sum_over_processes(self, value: float) -> float:
-        if self.accelerator.num_processes == 1:
-            return value
-        return float(sum(gather_object([value])))
-
     def collect(self) -> float:
         steps = self.cfg.trainer.train_timesteps_per_epoch
         every = self.cfg.trainer.force_reset_train_envs_every
         if every and self.epoch > 0 and self.epoch % every == 0:
-            self.train_actors.reset(self.agent, self.device)
+            self.train_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         with self.console.phase("collect", steps * self.train_envs.num_envs, "env steps") as advance:
-            stats = self.train_actors.run(
+            stats = self.train_rollout.run(
                 self.agent, self.device, steps, sample=self.cfg.trainer.sample_actions_train,
                 autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
                 stop=self._interrupted,
             )
         fps = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
+        crash_point("collect")
         self.recorder.flush(self.dataset.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
         merged = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
@@ -249,29 +170,28 @@ class Trainer:
         self.log("train", train)
         return fps
 
-    def evaluate_val(self) -> float | None:
+    def validate(self) -> float | None:
         """One validation: `trainer.val_episodes` fresh episodes split evenly over every actor of every process
         (or, with val_episodes=null, `val_timesteps_per_epoch` steps of every actor)."""
         t = self.cfg.trainer
-        self.val_actors.reset(self.agent, self.device)
+        self.val_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         steps, quota = t.val_timesteps_per_epoch, None
         if t.get("val_episodes") is not None:
             quota = balanced_quota(t.val_episodes, self.val_envs.num_envs, self.rank, self.accelerator.num_processes)
             # val_timesteps_per_epoch covers one rollout; the cap only guards against episodes that never end
             steps = 2 * t.val_timesteps_per_epoch * max(1, int(quota.max()))
-        total, unit = (int(quota.sum()), "episodes") if quota is not None else (steps * self.val_envs.num_envs,
-                                                                                 "env steps")
+        total, unit = ((int(quota.sum()), "episodes") if quota is not None
+                       else (steps * self.val_envs.num_envs, "env steps"))
         with self.console.phase("validate", total, unit) as adv:
-            stats = self.val_actors.run(
+            stats = self.val_rollout.run(
                 self.agent, self.device, steps, sample=t.sample_actions_val, episodes=quota,
                 autocast=self.rollout_autocast,
                 on_step=None if quota is not None else (lambda n: adv(n * self.val_envs.num_envs)),
                 on_episode=adv if quota is not None else None, stop=self._interrupted,
             )
-        frames = sum(stats.frames.values())
         summary = stats.summary()
-        summary["Env FPS (per process)"] = frames / max(time.perf_counter() - start, 1e-9)
+        summary["Env FPS (per process)"] = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
         self._val_episodes = int(self._sum_over_processes(stats.episodes))
         if self.accelerator.num_processes > 1:  # average every metric over the processes that report it
             gathered = gather_object([summary])
@@ -279,10 +199,16 @@ class Trainer:
             summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
         summary["Episodes (All Processes)"] = self._val_episodes
         self.log("val", summary)
+        self.last_val_summary = summary
         value = summary.get("Average Total Return (Across All Env Names)")
-        if value is not None and self.is_main:
+        if value is not None and self.is_main and np.isfinite(value) and self._healthy():
             self._keep_best(value)
         return value
+
+    def _sum_over_processes(self, value: float) -> float:
+        if self.accelerator.num_processes == 1:
+            return value
+        return float(sum(gather_object([value])))
 
     def _keep_best(self, val_return: float) -> None:
         """ckpts/best/policy.pt: the weights with the highest validation return so far (`checkpoint=best`)."""
@@ -293,9 +219,20 @@ class Trainer:
                 "total_frames": self.total_frames, "gradient_steps": self.gradient_steps,
             })
 
+    def store(self) -> None:
+        """Buffer housekeeping once every process has written its rollouts (FIFO trimming by the main process),
+        then every process re-reads the buffer."""
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        housekeeping = self.dataset.on_end_of_collection(self.epoch, self.is_main)
+        acc.wait_for_everyone()
+        self.dataset.refresh()
+        self.log("dataset", {**housekeeping, **self.dataset.stats()})
+
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
         batch = batch.to(self.device)
+        skip = False
         with acc.accumulate(self.model):
             loss, metrics = self.model(batch, log_step)
             acc.backward(loss)
@@ -305,16 +242,55 @@ class Trainer:
                 norm = acc.clip_grad_norm_(self.params, self.cfg.trainer.grad_clip)
                 if log_step:
                     metrics["Grad Norm (before clip)"] = norm
-            self.optimizer.step()
+                skip = self._nonfinite(loss, norm)
+            if not skip:
+                self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        if acc.sync_gradients:
+        if skip:
+            self.nonfinite_skipped += 1
+            self.nonfinite_in_a_row += 1
+            limit = self.cfg.trainer.get("max_nonfinite_updates", 10)
+            if limit and self.nonfinite_in_a_row >= limit:
+                raise self._diverged(f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss or gradient "
+                                     f"(trainer.max_nonfinite_updates={limit})")
+        elif acc.sync_gradients:
+            self.nonfinite_in_a_row = 0
             self.agent.update_targets()  # after the optimizer step, so targets track the new weights
             self.scheduler.step()
             self.gradient_steps += 1
         if log_step:
+            metrics["Non-finite Updates Skipped"] = self.nonfinite_skipped
             metrics["Loss"] = loss.detach()
             metrics["Learning Rate"] = self.scheduler.get_last_lr()[0]
         return metrics
+
+    def _nonfinite(self, loss: torch.Tensor, grad_norm) -> bool:
+        """Whether this update must be skipped: a non-finite loss (on any process) or gradient norm. fp16 runs
+        leave it to the gradient scaler, which skips overflowing steps itself and lowers its scale."""
+        if self.cfg.trainer.mixed_precision == "fp16":
+            return False
+        bad = torch.stack([~torch.isfinite(loss.detach().float()),
+                           ~torch.isfinite(torch.as_tensor(grad_norm, device=loss.device).float())]).any().float()
+        if self.accelerator.num_processes > 1:  # every process must take the same decision
+            bad = self.accelerator.reduce(bad.reshape(1), reduction="sum")
+        return bool(bad.item() > 0)
+
+    def _diverged(self, why: str) -> TrainingDiverged:
+        good = self.ckpts.latest_state_dir()
+        where = (f"the last good checkpoint is {good} (resume=<it> with e.g. a lower trainer.learning_rate)"
+                 if good is not None else "no good checkpoint was saved")
+        return TrainingDiverged(f"training stopped at epoch {self.epoch}: {why}; {where}")
+
+    @contextmanager
+    def _blame_divergence(self):
+        """A rollout failing right after skipped non-finite updates fails because of them: say so."""
+        try:
+            yield
+        except Exception as e:
+            if self.nonfinite_in_a_row:
+                raise self._diverged(f"the policy fails after {self.nonfinite_in_a_row} non-finite updates in a row "
+                                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+            raise
 
     @torch.no_grad()
     def _grad_norms(self) -> dict[str, torch.Tensor]:
@@ -325,7 +301,8 @@ class Trainer:
                 out[f"Grad Norm {name}"] = torch.stack(grads).norm()
         return out
 
-    def train_epoch(self) -> float:
+    def update(self) -> float:
+        """`train_batches_per_epoch` gradient steps; returns updates per second."""
         t = self.cfg.trainer
         start = time.perf_counter()
         last = {}
@@ -337,6 +314,7 @@ class Trainer:
                 done += 1
                 log_step = self.gradient_steps % t.log_interval == 0
                 metrics = self.train_step(batch, log_step)
+                crash_point("update")
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)
                 advance(1)
@@ -355,7 +333,7 @@ class Trainer:
         print("\nCtrl-C: stopping after this step and saving a training state (Ctrl-C again: quit without saving)",
               flush=True)
 
-    def _catch_sigint(self):
+    def _catch_sigint(self) -> None:
         """A first Ctrl-C ends the current phase early, saves a training state and returns normally.
 
         Only in single-process runs started from the main thread: DDP ranks would have to agree on the step
@@ -363,7 +341,6 @@ class Trainer:
         checkpoints (trainer.ckpt_interval).
         """
         self._stop_requested = False
-        self._previous_sigint = None
         if self.accelerator.num_processes == 1 and threading.current_thread() is threading.main_thread():
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
 
@@ -378,64 +355,67 @@ class Trainer:
     # --- the loop -----------------------------------------------------------------------------------
     def learn(self) -> dict:
         """Run the remaining epochs; returns the last validation summary of the main process."""
-        cfg, t, acc = self.cfg, self.cfg.trainer, self.accelerator
+        t = self.cfg.trainer
         self._open_outputs()
         self.describe()
-        last_val = None
+        self._last_val = None
         started = time.time() - self.elapsed
         self._catch_sigint()
         interrupted = False
         try:
-            while self.epoch < t.epochs:
-                epoch = self.epoch
-                summary: dict[str, str] = {}
-                if t.always_load_latest:
-                    self.load_latest_policy()
-                if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
-                    last_val = self.evaluate_val()
-                    summary["val return"] = _fmt(last_val)
-                if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
-                    summary["env steps/s"] = f"{self.collect():,.0f}"
-                acc.wait_for_everyone()
-                housekeeping = self.dataset.on_end_of_collection(epoch, self.is_main)
-                acc.wait_for_everyone()
-                self.dataset.refresh()
-                self.log("dataset", {**housekeeping, **self.dataset.stats()})
-                if t.get("mode") == "learn" and not self.dataset.ready_for_training:
-                    time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
-                    continue
-                if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
-                    summary["updates/s"] = f"{self.train_epoch():.1f}"
-                    summary["loss"] = _fmt(getattr(self, "_last_loss", None))
-                acc.wait_for_everyone()
-                self.epoch = epoch + 1
-                self.elapsed = time.time() - started
-                last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
-                interrupted = self._interrupted()
-                if (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch or interrupted:
-                    self.save_checkpoint(epoch)
-                if t.always_save_latest and self.is_main:
-                    self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
-                self.threads.update()  # auto: follow what other processes used during this epoch
-                self._print_thread_notes()
-                summary["frames"] = f"{self.total_frames:,}"
-                summary["time"] = f"{self.elapsed:,.0f}s"
-                self.console.end_epoch(epoch, summary)
-                if interrupted:
-                    break
+            while self.epoch < t.epochs and not interrupted:
+                interrupted = self.run_epoch(started)
             if interrupted:
                 print(f"interrupted: training state saved at epoch {self.epoch - 1} "
                       f"({self.ckpts.state_dir(self.epoch - 1)}); continue with:\n  {self.resume_command()}",
                       flush=True)
             elif t.val_timesteps_per_epoch > 0 and t.val_interval:
-                last_val = self.evaluate_val()
-                self.console.print(f"final validation return [bold cyan]{_fmt(last_val)}[/]")
+                self._last_val = self.validate()
+                success = "".join(f"  {k[4:]} [bold cyan]{v}[/]"
+                                  for k, v in success_summary(self.last_val_summary).items())
+                self.console.print(f"final validation return [bold cyan]{_fmt(self._last_val)}[/]{success}")
         finally:
             self._release_sigint()
             self.close()
-        return {"val_return": last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
+        return {"val_return": self._last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
                 "total_frames": self.total_frames, "wall_time": self.elapsed, "interrupted": interrupted,
                 "run_dir": str(self.run_dir)}
+
+    def run_epoch(self, started: float) -> bool:
+        """One epoch: validate -> collect -> store -> update -> checkpoint (each phase only when it is due).
+        Returns whether Ctrl-C cut it short (its state is then saved)."""
+        t, acc, epoch = self.cfg.trainer, self.accelerator, self.epoch
+        summary: dict[str, str] = {}
+        if t.always_load_latest:
+            self.load_latest_policy()
+        if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
+            with self._blame_divergence():
+                self._last_val = self.validate()
+            summary["val return"] = _fmt(self._last_val)
+            summary.update(success_summary(self.last_val_summary))
+        if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
+            with self._blame_divergence():
+                summary["env steps/s"] = f"{self.collect():,.0f}"
+        self.store()
+        if t.get("mode") == "learn" and not self.dataset.ready_for_training:
+            time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
+            return False
+        if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
+            summary["updates/s"] = f"{self.update():.1f}"
+            summary["loss"] = _fmt(getattr(self, "_last_loss", None))
+        acc.wait_for_everyone()
+        self.epoch = epoch + 1
+        self.elapsed = time.time() - started
+        interrupted = self._interrupted()
+        self.checkpoint(epoch, force=interrupted)
+        self.threads.update()  # auto: follow what other processes used during this epoch
+        self._print_thread_notes()
+        if self._val_episodes and "val return" in summary:
+            summary["val episodes"] = str(self._val_episodes)
+        summary["frames"] = f"{self.total_frames:,}"
+        summary["time"] = f"{self.elapsed:,.0f}s"
+        self.console.end_epoch(epoch, summary)
+        return interrupted
 
     def close(self) -> None:
         if self.console:
@@ -445,8 +425,8 @@ class Trainer:
         for tracker in self.accelerator.trackers:  # (not end_training(): that also ends the process group)
             tracker.finish()  # closes the TensorBoard writer
         self.accelerator.trackers.clear()
-        self.train_actors.close()
-        self.val_actors.close()
+        self.train_rollout.close()
+        self.val_rollout.close()
         self.dataset.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
@@ -458,50 +438,78 @@ class Trainer:
 
     def counters(self) -> dict:
         return {"epoch": self.epoch, "gradient_steps": self.gradient_steps, "total_frames": self.total_frames,
-                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed}
+                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed,
+                "nonfinite_skipped": self.nonfinite_skipped}
+
+    def checkpoint(self, epoch: int, force: bool = False) -> None:
+        """Save the training state when it is due (every `ckpt_interval` epochs, after the last one, and when
+        Ctrl-C stopped the run: `force`)."""
+        t = self.cfg.trainer
+        last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
+        due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch or force
+        if (due or t.always_save_latest) and not self._healthy():
+            if self.is_main:
+                warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "
+                              f"{self.nonfinite_in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
+            return
+        if due:
+            self.save_checkpoint(epoch)
+        if t.always_save_latest and self.is_main:
+            self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
+
+    def _healthy(self) -> bool:
+        """Never save non-finite weights, nor weights whose latest updates went non-finite."""
+        return self.nonfinite_in_a_row == 0 and _all_finite(self.agent.state_dict())
 
     def save_checkpoint(self, epoch: int) -> None:
-        acc = self.accelerator
-        rank_state = {"rng": rng_state(), "recorder": self.recorder.state_dict(),
-                      "exploration": self.exploration.state_dict() if self.exploration else None,
-                      "dataset": self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None}
-        if self.is_main:  # create the staging dir before the others write into it
-            self.ckpts.write_main_state(epoch, {
-                "agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "counters": self.counters(),
-                "num_processes": acc.num_processes,
-            })
-        acc.wait_for_everyone()
-        self.ckpts.write_rank_state(epoch, self.rank, rank_state)
-        acc.wait_for_everyone()
+        main = None
         if self.is_main:
-            self.ckpts.publish_state(epoch)
-            self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=True)
-        acc.wait_for_everyone()
+            main = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(), "counters": self.counters(),
+                    "num_processes": self.accelerator.num_processes}
+        own = {"recorder": self.recorder.state_dict(),
+               "exploration": self.exploration.state_dict() if self.exploration else None,
+               "dataset": self.dataset.state_dict()}
+        self.ckpts.save_training_state(epoch, self.rank, main, own, barrier=self.accelerator.wait_for_everyone,
+                                       weights=self._weights() if self.is_main else None)
 
     def load_checkpoint(self, state_dir: Path) -> None:
         """Restore everything saved by `save_checkpoint`: training continues exactly where it stopped."""
-        main = torch.load(state_dir / "main.pt", map_location="cpu", weights_only=False)
+        main, own = load_training_state(state_dir, self.rank)
         self.agent.load_state_dict(main["agent"])
         self.optimizer.load_state_dict(main["optimizer"])
         self.scheduler.load_state_dict(main["scheduler"])
         c = main["counters"]
         self.epoch, self.gradient_steps, self.total_frames = c["epoch"], c["gradient_steps"], c["total_frames"]
         self.frames_per_env, self.elapsed = dict(c["frames_per_env"]), c["elapsed"]
-        rank_file = state_dir / f"rank{self.rank}.pt"
-        if rank_file.exists():
-            rank = torch.load(rank_file, map_location="cpu", weights_only=False)
-            set_rng_state(rank["rng"])
-            self.recorder.load_state_dict(rank["recorder"])
-            if self.exploration is not None and rank["exploration"] is not None:
-                self.exploration.load_state_dict(rank["exploration"])
-            if rank.get("dataset") is not None and hasattr(self.dataset, "load_state_dict"):
-                self.dataset.load_state_dict(rank["dataset"])  # e.g. a mixture's fade-in schedule
+        self.nonfinite_skipped = int(c.get("nonfinite_skipped", 0))
+        if self.is_main:
+            # this state is the timeline now: newer states, later metric rows and buffer files are abandoned
+            match = EPOCH_DIR.match(Path(state_dir).name)
+            if match:
+                moved = self.ckpts.abandon_newer_than(int(match.group(1)))
+                if moved:
+                    warnings.warn(f"resuming from {Path(state_dir).name}: newer training states renamed to {moved}",
+                                  stacklevel=2)
+            rollback_jsonl(self.run_dir, self.epoch)
+            if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
+                e = int(match.group(1))
+                has_copy = (self.ckpts.weights / f"policy_epoch_{e}.pt").exists()
+                self.ckpts.write_weights(e, self._weights(), keep_epoch_copy=not has_copy)
+        if own is not None:
+            self.recorder.load_state_dict(own["recorder"])
+            remove_unsaved = getattr(self.dataset, "remove_unsaved", None)
+            if remove_unsaved is not None and self.recorder.writer_id is not None:
+                remove_unsaved(self.recorder.writer_id, self.recorder.files_written)
+            if self.exploration is not None and own["exploration"] is not None:
+                self.exploration.load_state_dict(own["exploration"])
+            if own.get("dataset") is not None:
+                self.dataset.load_state_dict(own["dataset"])  # e.g. a mixture's fade-in schedule
         elif self.is_main:
-            print(f"warning: {rank_file} missing (saved with {main['num_processes']} processes); "
-                  "this process starts fresh RNG and exploration state")
+            print(f"warning: rank{self.rank}.pt missing in {state_dir} (saved with {main['num_processes']} "
+                  "processes); this process starts fresh RNG and exploration state")
         # new tasks after a resume, reproducibly
-        self.train_actors.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
+        self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
 
     def load_latest_policy(self, tries: int = 10) -> None:
         path = self.latest_source

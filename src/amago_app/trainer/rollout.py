@@ -1,7 +1,8 @@
-"""Interaction: a set of actors plus the policy state that follows them (hidden state, exploration).
+"""Interaction: a `Rollout` is a vector env (one env per parallel actor) plus the policy state that follows it
+(hidden state, exploration, the recorder of finished trajectories).
 
-Training actors are reset once and run on across epochs with a persistent hidden state; validation and test
-actors are reset before each evaluation and start from a fresh hidden state with no exploration.
+The training rollout is reset once and runs on across epochs with a persistent hidden state; validation and
+test rollouts are reset before each evaluation and start from a fresh hidden state with no exploration.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from amago_app.agents.base import BaseAgent
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.data.timestep import Timestep
-from amago_app.envs.exploration import Exploration
+from amago_app.trainer.exploration import Exploration
 from amago_app.envs.wrapper import AMAGOEnv
 
 
@@ -78,8 +80,8 @@ def timestep_tensors(ts: Timestep, device: torch.device):
     return obs, rl2, time_idx
 
 
-class Actors:
-    """Envs + the policy state that travels with them."""
+class Rollout:
+    """A vector env + the policy state that travels with it."""
 
     def __init__(self, envs: AMAGOEnv, exploration: Exploration | None = None,
                  recorder: TrajectoryRecorder | None = None, seed: int | None = None):
@@ -94,16 +96,16 @@ class Actors:
     def num_envs(self) -> int:
         return self.envs.num_envs
 
-    def reset(self, agent, device) -> None:
+    def reset(self, agent: BaseAgent, device: torch.device) -> None:
         first = self.envs.reset(seed=self.seed)
         self.seed = None if self.seed is None else self.seed + 10_000  # later resets draw new tasks
         if self.recorder is not None:
             self.recorder.start(first)
-        self.hidden = agent.traj_encoder.init_hidden_state(self.num_envs, device)
+        self.hidden = agent.init_hidden_state(self.num_envs, device)
         self._started = True
 
     @torch.no_grad()
-    def run(self, agent, device: torch.device, steps: int, sample: bool = True,
+    def run(self, agent: BaseAgent, device: torch.device, steps: int, sample: bool = True,
             episodes: int | np.ndarray | None = None, autocast: Callable[[], object] = nullcontext,
             on_step: Callable[[int], None] | None = None, on_episode: Callable[[int], None] | None = None,
             save_on_done_to: str | Path | None = None, stop: Callable[[], bool] | None = None) -> RolloutStats:
@@ -155,9 +157,7 @@ class Actors:
                             on_episode(1)
                     finished[ep.actor] += 1
                 if out.done.any():
-                    self.hidden = agent.traj_encoder.reset_hidden_state(
-                        self.hidden, torch.from_numpy(out.done).to(device)
-                    )
+                    self.hidden = agent.reset_hidden_state(self.hidden, torch.from_numpy(out.done).to(device))
                 if on_step is not None:
                     on_step(1)
                 if quota is not None and (finished >= quota).all():

@@ -2,7 +2,7 @@
 
 One extra env is made with `render_mode="rgb_array"` and wrapped in gymnasium's `RecordVideo` (one MP4 per
 episode, written through moviepy / imageio-ffmpeg: the `video` extra); the policy acts in it through the same
-`Actors` loop as every rollout. GIFs are converted from the MP4s with imageio.
+`Rollout` loop as every other rollout. GIFs are converted from the MP4s with imageio.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.trainer.build import env_factory
-from amago_app.trainer.rollout import Actors
+from amago_app.trainer.rollout import Rollout
 
 
 def make_render_env(cfg: DictConfig):
@@ -51,12 +51,12 @@ def record_videos(cfg: DictConfig, agent, device: torch.device, episodes: int, f
     env = RecordVideo(env, str(folder), episode_trigger=lambda i: i < episodes, name_prefix=cfg.env.name.replace("/", "_"),
                       fps=fps, disable_logger=True)
     envs = AMAGOEnv(env, env_name=cfg.env.name)
-    actors = Actors(envs, seed=seed)
+    rollout = Rollout(envs, seed=seed)
     try:
         steps = max_steps or 10 * cfg.trainer.val_timesteps_per_epoch * episodes
-        actors.run(agent, device, steps, sample=sample, episodes=episodes)
+        rollout.run(agent, device, steps, sample=sample, episodes=episodes)
     finally:
-        actors.close()  # ends the recording in progress, if any
+        rollout.close()  # ends the recording in progress, if any
     mp4s = sorted(folder.glob("*.mp4"), key=lambda p: int(p.stem.rpartition("-")[2]))
     if fmt in ("gif", "both"):
         import imageio.v3 as iio

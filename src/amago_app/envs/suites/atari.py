@@ -112,7 +112,7 @@ class AtariMultiGame(SeededEnv):
 def AtariPinnedVectorEnv(games: Sequence[str] = DEFAULT_GAMES, num_envs: int = 10, vector_mode: str = "sync",
                          mp_context: str | None = None, step_timeout: float | None = 300.0, **game_kwargs):
     """Actor i plays `games[i % len(games)]`: a SAME_STEP vector env for `mode: already_vectorized`."""
-    from amago_app.envs.actors import TimeoutAsyncVectorEnv
+    from amago_app.envs.vector import TimeoutAsyncVectorEnv
     from amago_app.envs.wrapper import ReportEnvName
 
     _ale()  # fail here, in the parent process, if the package is missing

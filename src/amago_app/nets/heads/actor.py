@@ -114,8 +114,8 @@ class ResidualBlock(nn.Module):
 
 
 class ResidualActor(ActorHead):
-    """Residual actor: Linear(D, feature_dim) -> act, `residual_blocks` residual FF blocks
-    (`residual_ff_dim` wide, `normalization` inside), Linear(feature_dim, G * P)."""
+    """Residual actor: Linear(D, feature_dim) -> act -> Linear(feature_dim, feature_dim), `residual_blocks`
+    residual FF blocks (`residual_ff_dim` wide, `normalization` inside), Linear(feature_dim, G * P)."""
 
     def __init__(
         self,
@@ -140,6 +140,7 @@ class ResidualActor(ActorHead):
         self.net = nn.Sequential(
             nn.Linear(state_dim, feature_dim),
             make_activation(activation),
+            nn.Linear(feature_dim, feature_dim),
             *[ResidualBlock(feature_dim, residual_ff_dim, normalization, activation, dropout_p)
               for _ in range(residual_blocks)],
             nn.Linear(feature_dim, self.out_dim),

@@ -30,14 +30,27 @@ from amago_app.nets.common import activation as make_activation
 from amago_app.nets.common import symexp, symlog
 
 
+def ensemble_init_(weight: torch.Tensor, fan_in: int) -> torch.Tensor:
+    """Weights of a batched ensemble layer: U(+-sqrt(3 / fan_in)), i.e. std 1 / sqrt(fan_in) (unit-variance
+    pre-activations for unit-variance inputs), as AMAGO's ensemble layers do. nn.Linear's default is
+    sqrt(3) times smaller, which starts every critic near Q = 0 and slows the first value estimates."""
+    bound = math.sqrt(3.0 / fan_in)
+    return nn.init.uniform_(weight, -bound, bound)
+
+
+def ensemble_bias_init_(bias: torch.Tensor, fan_in: int) -> torch.Tensor:
+    """Biases U(+-1 / sqrt(fan_in)) (nn.Linear's default)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return nn.init.uniform_(bias, -bound, bound)
+
+
 class EnsembleLinear(nn.Module):
-    """C linear layers: x (C, N, d_in) -> (C, N, d_out). Each member is initialised like nn.Linear."""
+    """C linear layers: x (C, N, d_in) -> (C, N, d_out), initialised by `ensemble_init_`/`ensemble_bias_init_`."""
 
     def __init__(self, ensemble: int, d_in: int, d_out: int):
         super().__init__()
-        bound = 1.0 / math.sqrt(d_in)
-        self.weight = nn.Parameter(torch.empty(ensemble, d_in, d_out).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(ensemble, 1, d_out).uniform_(-bound, bound))
+        self.weight = nn.Parameter(ensemble_init_(torch.empty(ensemble, d_in, d_out), d_in))
+        self.bias = nn.Parameter(ensemble_bias_init_(torch.empty(ensemble, 1, d_out), d_in))
 
     def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
         w, b = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
@@ -65,12 +78,12 @@ class _CriticEnsemble(nn.Module):
         self.num_gammas = len(gammas)
         self.register_buffer("gamma_feats", gamma_features(torch.as_tensor(gammas).float()), persistent=False)
         c, h = num_critics, d_hidden
-        bound = 1.0 / math.sqrt(state_dim + (1 + action_dim if self.takes_actions else 0))
-        self.w_state = nn.Parameter(torch.empty(c, state_dim, h).uniform_(-bound, bound))
-        self.b_first = nn.Parameter(torch.empty(c, 1, h).uniform_(-bound, bound))
+        fan_in = state_dim + (1 + action_dim if self.takes_actions else 0)  # of the concatenated input
+        self.w_state = nn.Parameter(ensemble_init_(torch.empty(c, state_dim, h), fan_in))
+        self.b_first = nn.Parameter(ensemble_bias_init_(torch.empty(c, 1, h), fan_in))
         if self.takes_actions:
-            self.w_gamma = nn.Parameter(torch.empty(c, 1, h).uniform_(-bound, bound))
-            self.w_action = nn.Parameter(torch.empty(c, action_dim, h).uniform_(-bound, bound))
+            self.w_gamma = nn.Parameter(ensemble_init_(torch.empty(c, 1, h), fan_in))
+            self.w_action = nn.Parameter(ensemble_init_(torch.empty(c, action_dim, h), fan_in))
         self.hidden = nn.ModuleList(EnsembleLinear(c, h, h) for _ in range(n_layers - 1))
         self.out = EnsembleLinear(c, h, d_out)
         self.act = make_activation(activation)

@@ -149,9 +149,11 @@ class StraightThroughOneHot:
 
 
 class DiscreteLikeContinuous(PolicyDistribution):
-    """Discrete actions handled like continuous vectors (the MultiTaskAgent's policy): OneHotCategorical on the
-    logits, one-hot samples, straight-through hard Gumbel-softmax `rsample` (temperature `gumbel_temperature`).
-    `clip_prob_low/high` only soften the stored one-hots fed to critics (`action_from_buffer`), as in `Discrete`."""
+    """Discrete actions handled like continuous vectors (the MultiTaskAgent's policy): one-hot samples and a
+    straight-through hard Gumbel-softmax `rsample` (temperature `gumbel_temperature`) from the same clipped
+    policy as `Discrete`: log-probabilities are log(clamp(softmax(raw), clip_prob_low, clip_prob_high)),
+    renormalized, with no gradient for probabilities outside the range (a confident policy is not pushed
+    further). The stored one-hots fed to critics are softened with the same clip values (`action_from_buffer`)."""
 
     action_kind = "discrete"
     one_hot_actions = True
@@ -167,7 +169,12 @@ class DiscreteLikeContinuous(PolicyDistribution):
         return action_dim
 
     def __call__(self, raw):
-        return StraightThroughOneHot(raw.float(), self.gumbel_temperature)
+        # log(clamp(softmax(raw), low, high)), clamped in log space: the same values, zero gradient for the
+        # probabilities outside the range, and no 0 * log(0) = NaN for actions masked with -inf logits.
+        # (StraightThroughOneHot renormalizes, as a Categorical built from the clipped probabilities does.)
+        low = math.log(self.clip_prob_low) if self.clip_prob_low > 0 else float("-inf")
+        log_probs = F.log_softmax(raw.float(), dim=-1).clamp(low, math.log(self.clip_prob_high))
+        return StraightThroughOneHot(log_probs, self.gumbel_temperature)
 
     def action_from_buffer(self, actions):
         return _clip_probs(actions, self.clip_prob_low, self.clip_prob_high)

@@ -85,7 +85,8 @@ class SigmaReparamLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(d_out, d_in))
         nn.init.trunc_normal_(self.weight, std=0.02)
-        self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
+        # the bias keeps nn.Linear's default U(+-1/sqrt(d_in)); only the weight is re-initialised
+        self.bias = nn.Parameter(torch.empty(d_out).uniform_(-d_in ** -0.5, d_in ** -0.5)) if bias else None
         self.gamma = nn.Parameter(torch.ones(()))
         u, _, vh = torch.linalg.svd(self.weight.detach(), full_matrices=False)
         self.register_buffer("u", u[:, 0].contiguous())

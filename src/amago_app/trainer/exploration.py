@@ -22,6 +22,7 @@ class Exploration:
         self.num_actors = num_actors
         self.rng = np.random.default_rng(seed)
         self.g = 0
+        self._eps_sum, self._eps_calls = 0.0, 0  # for the logged mean epsilon (not checkpointed)
 
     def epsilon(self, time_idx: np.ndarray) -> np.ndarray:
         return np.zeros(self.num_actors)
@@ -33,6 +34,8 @@ class Exploration:
         """Noisy version of agent-format actions ((N, 1) index, (N, A) float or 0/1)."""
         eps = self.epsilon(time_idx)
         self.g += 1
+        self._eps_sum += float(np.mean(eps))
+        self._eps_calls += 1
         if not np.any(eps > 0):
             return actions
         n = len(actions)
@@ -48,7 +51,11 @@ class Exploration:
         return np.where(random_pick[:, None], rand, actions)
 
     def stats(self) -> dict[str, float]:
-        return {}
+        """Train metrics: the epsilon (noise std for continuous actions) the actors actually used, averaged over
+        actors and steps since the last call, and the schedule's step count."""
+        out = {"Exploration Epsilon": self._eps_sum / self._eps_calls} if self._eps_calls else {}
+        self._eps_sum, self._eps_calls = 0.0, 0
+        return {**out, "Exploration Steps Per Actor": float(self.g)}
 
     def state_dict(self) -> dict:
         return {"g": self.g, "rng": self.rng.bit_generator.state}
@@ -113,7 +120,8 @@ class BilevelEpsilonGreedy(Exploration):
             self.m[done] = self.rng.random(int(done.sum()))
 
     def stats(self) -> dict[str, float]:
-        return {"Exploration Upper Bound (rollout start)": self._anneal(self.eps_start_start, self.eps_start_end)}
+        return {**super().stats(),
+                "Exploration Upper Bound (rollout start)": self._anneal(self.eps_start_start, self.eps_start_end)}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "m": self.m.copy()}

@@ -1,4 +1,4 @@
-"""Parallel actors: build the vector env behind `AMAGOEnv` for one of three modes.
+"""The vector env behind `AMAGOEnv` (one env per parallel actor), built for one of three modes.
 
 * `sync`: gymnasium `SyncVectorEnv`, in-process and sequential (cheap envs, debugging; best on 2 CPUs).
 * `async`: gymnasium `AsyncVectorEnv`, one worker process per actor; a crashed or hung worker raises in
@@ -48,22 +48,23 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
         self.close(terminate=True)
 
 
-def _named(make: Callable[[], gym.Env], fallback_name: str | None = None) -> Callable[[], gym.Env]:
+def _named(make: Callable[[], gym.Env], nan_to_num: bool = False, fallback_name: str | None = None) -> Callable[[], gym.Env]:
     def thunk():
         env = make()
         if not isinstance(env, gym.Env):
             raise TypeError(f"env factory {make!r} returned {type(env).__name__}, expected a gymnasium.Env")
-        return ReportEnvName(env, fallback=fallback_name)
+        return ReportEnvName(env, nan_to_num=nan_to_num, fallback=fallback_name)
 
     return thunk
 
 
-def make_actors(
+def make_vector_env(
     make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
     num_actors: int,
     mode: str = "sync",
     mp_context: str | None = None,
     step_timeout: float | None = 300.0,
+    nan_to_num: bool = False,
     env_name: str | None = None,
 ) -> AMAGOEnv:
     """`num_actors` envs behind one `AMAGOEnv`. `env_name` names metrics of envs that do not name themselves
@@ -84,7 +85,7 @@ def make_actors(
     makers = list(make_env) if isinstance(make_env, (list, tuple)) else [make_env] * num_actors
     if len(makers) != num_actors:
         raise ValueError(f"got {len(makers)} env factories for parallel_actors={num_actors}")
-    fns = [_named(m, env_name) for m in makers]
+    fns = [_named(m, nan_to_num, env_name) for m in makers]
     if mode == "sync":
         vec = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     else:

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from amago_app.envs.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
+from amago_app.trainer.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
 
 
 def test_egreedy_schedule_and_per_actor_scale():
@@ -60,6 +60,46 @@ def test_corridor_is_greedy_in_the_middle():
     assert ex.epsilon(np.array([0]))[0] == 1.0
     assert ex.epsilon(np.array([5]))[0] == pytest.approx(0.5 / 20)
     assert ex.epsilon(np.array([18]))[0] == 1.0
+
+
+def test_tmaze_corridor_recipe_uses_the_corridor_length_as_horizon():
+    """eps = 0.5 / H for 0 < t < H - 3 with H = env.horizon (the corridor length), whatever the preset."""
+    from conftest import compose_config
+
+    from amago_app.trainer.build import build
+
+    for overrides in (["env.horizon=50"], ["+experiment=tmaze", "env.horizon=50"]):
+        cfg = compose_config([*overrides, "exploration.randomize_eps=false"], tiny=False)
+        ex = build(cfg.exploration)(action_space=spaces.Discrete(4), num_actors=1, seed=0)
+        eps = ex.epsilon(np.arange(52))
+        np.testing.assert_allclose(eps[1:47], 0.5 / 50)
+        assert eps[0] == eps[47] == 1.0
+
+
+def test_default_schedule_follows_the_run_length_and_presets_keep_theirs():
+    from conftest import compose_config
+
+    for option in ("egreedy", "bilevel", "corridor"):
+        cfg = compose_config([f"exploration={option}", "trainer.epochs=12", "trainer.train_timesteps_per_epoch=250"],
+                             tiny=False)
+        assert cfg.exploration.steps_anneal == 12 * 250 // 2, option
+    cfg = compose_config(["trainer.epochs=12", "exploration.steps_anneal=777"], tiny=False)
+    assert cfg.exploration.steps_anneal == 777
+    assert compose_config(["trainer.train_timesteps_per_epoch=0"], tiny=False).exploration.steps_anneal == 1
+    for preset, steps in (("basic_gym", 1_000_000), ("popgym", 1_000_000), ("key_door", 500_000)):
+        assert compose_config([f"+experiment={preset}", "trainer.epochs=3"], tiny=False).exploration.steps_anneal == steps
+
+
+def test_stats_report_the_epsilon_used():
+    ex = EpsilonGreedy(spaces.Discrete(4), num_actors=3, eps_start=0.8, eps_end=0.2, steps_anneal=4,
+                       randomize_eps=False, seed=0)
+    for _ in range(3):
+        ex(np.zeros((3, 1), np.uint8), np.zeros(3))
+    stats = ex.stats()
+    assert stats["Exploration Epsilon"] == pytest.approx((0.8 + 0.65 + 0.5) / 3)
+    assert stats["Exploration Steps Per Actor"] == 3 and stats["Exploration Upper Bound (rollout start)"] == 0.35
+    ex(np.zeros((3, 1), np.uint8), np.zeros(3))
+    assert ex.stats()["Exploration Epsilon"] == pytest.approx(0.35)  # only the calls since the last report
 
 
 def test_state_round_trip_reproduces_noise():

@@ -1,0 +1,355 @@
+"""`amago-bench`: a named matrix of learning tasks x seeds at CPU scale, each run a real `amago-train` process.
+
+Every row is a preset under `conf/experiment/bench/` (what one run of it is), plus what success means: a
+validation metric and a threshold. For each row the benchmark runs the seeds (and, where memory is the point,
+the same preset with the memory-free `traj_encoder=ff`), then reads the runs' local metrics and writes
+
+    <out>/<row>.json     per-seed and aggregate results (wall time, updates and env steps to the threshold,
+                         best and final validation value, updates/s)
+    <out>/<row>.png      learning curves: seeds thin, mean bold, threshold dashed (logging/curves.py)
+    <out>/results.md     one markdown table over the rows run so far (docs/benchmarks.md carries a copy)
+    <out>/results.json   all rows
+    <out>/runs/<row>/<variant>/seed<k>/   the run directories (config, metrics, checkpoints)
+
+Runs that finished before (a `bench_done.json` in their directory) are not run again, so a matrix can be
+filled in over several invocations into the same `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row: `amago-train +experiment=bench/<preset>` judged on a validation metric."""
+
+    preset: str
+    metric: str
+    """Validation metric name without the `val/` prefix; `*` matches the env name part."""
+    threshold: float
+    epochs: int
+    """The preset's trainer.epochs (the budget; `--budget-scale` multiplies it)."""
+    what: str
+    baseline: bool = False
+    """Also run `traj_encoder=ff` (memory-free) seeds: the row is a memory task."""
+    first_attempt_metric: str | None = None
+    """k-shot rows: success is `metric` (the last attempt) minus this (attempt 1) reaching the threshold."""
+
+
+TASKS: dict[str, Task] = {
+    "tmaze_h50": Task("tmaze_h50", "Average Success in TMazePassive-H50", 0.95, 40,
+                      "passive T-maze, corridor 50 (the reference memory workload)", baseline=True),
+    "frozen_lake": Task("frozen_lake", "Average Episode 3 Success in *", 0.2, 30,
+                        "Meta Frozen Lake 3x3, 3 attempts per lake: attempt 3 success minus attempt 1 success",
+                        baseline=True, first_attempt_metric="Average Episode 1 Success in *"),
+    "key_door": Task("key_door", "Average Total Successes in *", 1.0, 40,
+                     "Dark Key-Door 5x5, 100-step meta-rollout of 20-step attempts: successful attempts",
+                     baseline=True),
+    "mazerunner": Task("mazerunner", "Average Success in *", 0.5, 40,
+                       "MazeRunner 7x7, 2 goals, hindsight relabeling: all goals reached", baseline=False),
+    "popgym_repeat_previous": Task("popgym_repeat_previous", "Average Total Return in *", 0.9, 30,
+                                   "POPGym RepeatPreviousEasy (return in [-1, 1])", baseline=True),
+    "popgym_count_recall": Task("popgym_count_recall", "Average Total Return in *", 0.5, 30,
+                                "POPGym CountRecallEasy (return in [-1, 1])", baseline=True),
+    "popgym_autoencode": Task("popgym_autoencode", "Average Total Return in *", 0.5, 30,
+                              "POPGym AutoencodeEasy (return in [-1, 1])", baseline=True),
+    "memory_chain": Task("memory_chain", "Average Total Return in *", 0.9, 30,
+                         "gymnax MemoryChain-bsuite (+1 / -1 for recalling the first observation)", baseline=True),
+    "cartpole": Task("cartpole", "Average Total Return in *", 475.0, 40, "CartPole-v1 (solved: 475)"),
+    "pendulum": Task("pendulum", "Average Total Return in *", -250.0, 50, "Pendulum-v1, continuous actions"),
+    "multitask_discrete": Task("multitask_discrete", "Average Success in TMazePassive-H30", 0.95, 40,
+                               "MultiTaskAgent (two-hot critics, one-hot policy) on the passive T-maze H30"),
+    "multitask_continuous": Task("multitask_continuous", "Average Total Return in *", -250.0, 50,
+                                 "MultiTaskAgent (two-hot critics) on Pendulum-v1"),
+}
+
+
+# --- running ---------------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    task: str
+    variant: str  # "memory" (the preset as is) or "ff" (the memory-free baseline)
+    seed: int
+    run_dir: Path
+    overrides: list[str] = field(default_factory=list)
+
+
+def scaled_epochs(task: Task, scale: float) -> int:
+    return max(1, int(math.ceil(task.epochs * scale)))
+
+
+def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra: list[str] = ()) -> list[Job]:
+    jobs = []
+    for name in names:
+        task = TASKS[name]
+        epochs = scaled_epochs(task, scale)
+        common = [f"+experiment=bench/{task.preset}", f"trainer.epochs={epochs}"]
+        if scale != 1.0:  # keep a few validations in a shrunk run
+            common.append(f"trainer.val_interval={max(1, epochs // 4)}")
+        common += list(extra)
+        variants = [("memory", [])] + ([("ff", ["traj_encoder=ff"])] if task.baseline else [])
+        for variant, extra in variants:
+            for seed in seeds:
+                run_dir = out / "runs" / name / variant / f"seed{seed}"
+                jobs.append(Job(name, variant, seed, run_dir, common + extra + [f"seed={seed}"]))
+    return jobs
+
+
+def run_job(job: Job, log=print) -> dict:
+    """One `amago-train` process (1 torch thread); its outcome goes to `<run_dir>/bench_done.json`."""
+    done = job.run_dir / "bench_done.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "amago_app.cli.train", *job.overrides, "trainer.threads=1",
+           "logger.verbose=false", f"hydra.run.dir={job.run_dir}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    log(f"start  {job.task} {job.variant} seed {job.seed}")
+    start = time.perf_counter()
+    with open(job.run_dir / "bench.log", "w") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    outcome = {"returncode": rc, "process_seconds": round(time.perf_counter() - start, 1),
+               "command": " ".join(["amago-train", *job.overrides, "trainer.threads=1"])}
+    if rc == 0:  # a failed run is reported and run again next time
+        done.write_text(json.dumps(outcome, indent=1))
+    log(f"finish {job.task} {job.variant} seed {job.seed}: exit {rc} after {outcome['process_seconds']:.0f} s")
+    return outcome
+
+
+# --- results ---------------------------------------------------------------------------------------------
+def _find_key(records: list[dict], pattern: str) -> str | None:
+    rx = re.compile("^val/" + re.escape(pattern).replace(r"\*", ".*") + "$")
+    for r in records:
+        for k in r:
+            if rx.match(k):
+                return k
+    return None
+
+
+def score_series(records: list[dict], task: Task) -> list[dict]:
+    """The row's score at each validation: [{epoch, total_frames, gradient_steps, wall_time, score}]."""
+    key = _find_key(records, task.metric)
+    first = _find_key(records, task.first_attempt_metric) if task.first_attempt_metric else None
+    out = []
+    for r in records:
+        if key is None or not isinstance(r.get(key), (int, float)):
+            continue
+        score = float(r[key])
+        if task.first_attempt_metric:
+            if first is None or not isinstance(r.get(first), (int, float)):
+                continue
+            score -= float(r[first])
+        out.append({"epoch": r.get("epoch"), "total_frames": r.get("total_frames"),
+                    "gradient_steps": r.get("gradient_steps"), "wall_time": r.get("wall_time"), "score": score})
+    return out
+
+
+def _val_records(run_dir: Path) -> list[dict]:
+    from amago_app.logging.curves import RunData
+
+    return RunData(run_dir, {}, []).records("val")  # metrics/val.jsonl, lines cut short by a crash skipped
+
+
+def seed_result(run_dir: Path, task: Task) -> dict:
+    series = score_series(_val_records(run_dir), task)
+    reached = next((p for p in series if p["score"] >= task.threshold), None)
+    last = series[-1] if series else None
+    done = run_dir / "bench_done.json"
+    return {
+        "run_dir": str(run_dir),
+        "finished": done.is_file(),
+        "validations": len(series),
+        "reached": reached is not None,
+        "wall_to_threshold_s": reached["wall_time"] if reached else None,
+        "updates_to_threshold": reached["gradient_steps"] if reached else None,
+        "env_steps_to_threshold": reached["total_frames"] if reached else None,
+        "best": max(p["score"] for p in series) if series else None,
+        "final": last["score"] if last else None,
+        "wall_s": last["wall_time"] if last else None,
+        "updates": last["gradient_steps"] if last else None,
+        "env_steps": last["total_frames"] if last else None,
+        "updates_per_s": (last["gradient_steps"] / last["wall_time"]) if last and last["wall_time"] else None,
+        "curve": series,
+    }
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def task_result(name: str, out: Path, seeds: list[int]) -> dict:
+    task = TASKS[name]
+    variants = {}
+    for variant in ("memory", "ff") if task.baseline else ("memory",):
+        per_seed = {s: seed_result(out / "runs" / name / variant / f"seed{s}", task) for s in seeds}
+        ran = [r for r in per_seed.values() if r["validations"]]
+        variants[variant] = {
+            "seeds": {str(s): r for s, r in per_seed.items()},
+            "seeds_run": len(ran),
+            "seeds_reached": sum(r["reached"] for r in ran),
+            "median_wall_to_threshold_s": _median([r["wall_to_threshold_s"] for r in ran]),
+            "median_updates_to_threshold": _median([r["updates_to_threshold"] for r in ran]),
+            "median_env_steps_to_threshold": _median([r["env_steps_to_threshold"] for r in ran]),
+            "mean_best": _mean([r["best"] for r in ran]),
+            "mean_final": _mean([r["final"] for r in ran]),
+            "mean_wall_s": _mean([r["wall_s"] for r in ran]),
+            "mean_updates_per_s": _mean([r["updates_per_s"] for r in ran]),
+        }
+    return {"task": name, **asdict(task), "variants": variants}
+
+
+def _fmt(x, digits=3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}" if isinstance(x, float) else f"{x:,}"
+
+
+def markdown_table(results: list[dict]) -> str:
+    lines = ["| row | threshold | seeds reached | wall to threshold (median) | updates / env steps to threshold "
+             "(median) | best / final (mean) | updates/s | memory-free baseline best / final |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r["variants"]["memory"]
+        if not m["seeds_run"]:
+            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | |")
+            continue
+        ff = r["variants"].get("ff")
+        base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
+                                       f"{_fmt(ff['mean_best'])} / {_fmt(ff['mean_final'])} "
+                                       f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
+        wall = m["median_wall_to_threshold_s"]
+        lines.append(
+            f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']} | "
+            f"{'-' if wall is None else f'{wall:.0f} s'} | {_fmt(m['median_updates_to_threshold'])} / "
+            f"{_fmt(m['median_env_steps_to_threshold'])} | {_fmt(m['mean_best'])} / {_fmt(m['mean_final'])} | "
+            f"{_fmt(m['mean_updates_per_s'])} | {base} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_task(result: dict, out_png: Path) -> Path | None:
+    """Seeds as thin lines, their mean bold, the threshold dashed; the memory-free baseline in its own color."""
+    from amago_app.logging.curves import MetricSpec, RunData, plot_metric, save_figure
+
+    groups: dict[str, list[RunData]] = {}
+    for variant, v in result["variants"].items():
+        runs = []
+        for seed, s in v["seeds"].items():
+            if not s["curve"]:
+                continue
+            # the row's score (e.g. attempt k minus attempt 1) as a metric of its own, so plot_metric draws it
+            run = RunData(Path(s["run_dir"]), {"seed": int(seed)}, [], {"val": [{"total_frames": p["total_frames"], "val/score": p["score"]}
+                                                                   for p in s["curve"]]})
+            runs.append(run)
+        if runs:
+            groups["memory-free (traj_encoder=ff)" if variant == "ff" else "preset"] = runs
+    if not groups:
+        return None
+    label = result["metric"] + (f" - {result['first_attempt_metric']}" if result["first_attempt_metric"] else "")
+    spec = MetricSpec(title=f"{result['task']}: {result['what']}", series=[("val", "score", "")], ylabel=label)
+    fig = plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
+    if fig is None:
+        return None
+    path = save_figure(fig, out_png.with_suffix(""), ("png",))[0]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def write_results(names: list[str], out: Path, seeds: list[int]) -> list[dict]:
+    results = []
+    for name in names:
+        r = task_result(name, out, seeds)
+        (out / f"{name}.json").write_text(json.dumps(r, indent=1))
+        plot_task(r, out / f"{name}.png")
+        results.append(r)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.md").write_text(markdown_table(results))
+    return results
+
+
+# --- command line ----------------------------------------------------------------------------------------
+EPILOG = "rows: " + ", ".join(TASKS) + """
+
+examples:
+  amago-bench                                   # every row, 3 seeds, as many parallel runs as cores
+  amago-bench --tasks tmaze_h50,pendulum --seeds 0,1,2 --out bench/today
+  amago-bench --tasks cartpole --budget-scale 0.1 --seeds 0     # a smoke test of the machinery"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="amago-bench", description=__doc__.split("\n")[0].split(": ", 1)[1],
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", default="all", help="comma-separated rows (default: all)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="runs in parallel, 1 torch thread each (default: the number of cores)")
+    p.add_argument("--budget-scale", type=float, default=1.0,
+                   help="multiply every row's epochs (e.g. 0.1 for a smoke test; results are then not the "
+                        "documented benchmark)")
+    p.add_argument("--out", default="bench", help="output folder (default: ./bench)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="an amago-train override for every run (repeatable), e.g. trainer.train_batches_per_epoch=10")
+    p.add_argument("--report-only", action="store_true", help="only (re)write the results from finished runs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    names = list(TASKS) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [n for n in names if n not in TASKS]
+    if unknown or not names:
+        print(f"amago-bench: --tasks {args.tasks!r}: unknown row {', '.join(unknown) or '(none)'}; "
+              f"choose from {', '.join(TASKS)}", file=sys.stderr)
+        return 2
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        print(f"amago-bench: --seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2", file=sys.stderr)
+        return 2
+    if args.jobs < 1 or not args.budget_scale > 0:
+        print(f"amago-bench: --jobs ({args.jobs}) must be >= 1 and --budget-scale ({args.budget_scale}) > 0",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        jobs = jobs_for(names, seeds, out, args.budget_scale, args.override)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            outcomes = list(pool.map(lambda j: run_job(j, log=lambda m: print(m, flush=True)), jobs))
+        failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
+        for j, o in failed:
+            print(f"amago-bench: {j.task} {j.variant} seed {j.seed} exited {o['returncode']}: see {j.run_dir}/bench.log",
+                  file=sys.stderr)
+    write_results(names, out, seeds)
+    print((out / "results.md").read_text(), end="")
+    print(f"results: {out}/results.md, {out}/results.json, {out}/<row>.json and <row>.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Bad input on the command line: one line naming the problem, non-zero exit, no traceback (unless
+HYDRA_FULL_ERROR=1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY
+
+TESTS = Path(__file__).resolve().parents[1]
+SRC = TESTS.parent / "src"
+
+
+def train(*args, cwd: Path, extra_path: str | None = None, full_error: bool = False):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, str(SRC), str(TESTS)) if p)
+    env["OMP_NUM_THREADS"] = "1"
+    if full_error:
+        env["HYDRA_FULL_ERROR"] = "1"
+    return subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, "trainer.threads=1", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
+FAULTY = ["env=custom", "env.make._target_=faulty_envs.make", "env.name=faulty", "max_seq_len=8",
+          "env.val_timesteps=8", "env.parallel_actors=2"]
+
+CASES = {
+    "negative epochs": (["trainer.epochs=-2"], "trainer.epochs=-2 must be >= 0"),
+    "batch size 0": (["trainer.batch_size=0"], "trainer.batch_size=0 must be >= 1"),
+    "heads do not divide d_model": (["traj_encoder.n_heads=3"], "d_model=16 must be divisible by n_heads=3"),
+    "missing resume path": (["resume=/no/such/run"], "cannot resume from /no/such/run"),
+    "wrong-shape observation": (FAULTY + ["+env.make.fault=wrong_shape"],
+                                "env 'Faulty-wrong_shape' returned the observation with shape (3,) at step 3"),
+    "NaN reward": (FAULTY + ["+env.make.fault=nan_reward"],
+                   "env 'Faulty-nan_reward' returned a non-finite reward (nan) at step 3"),
+    "inf observation": (FAULTY + ["+env.make.fault=inf_obs"],
+                        "env 'Faulty-inf_obs' returned a non-finite value (inf) in the observation at step 3"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_line_no_traceback(tmp_path, case):
+    args, message = CASES[case]
+    r = train(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr[-3000:]  # exactly one line
+    assert r.stderr.startswith("amago-train: error: ") and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_missing_suite_package_is_one_line(tmp_path):
+    """`env=popgym` without the extra: an import of popgym that fails, as on a machine without it."""
+    fake = tmp_path / "fake"
+    (fake / "popgym").mkdir(parents=True)
+    (fake / "popgym" / "__init__.py").write_text("raise ImportError('No module named popgym')\n")
+    r = train("env=popgym", cwd=tmp_path, extra_path=str(fake))
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip() == "amago-train: error: POPGym envs need the popgym package: pip install 'amago_app[popgym]'"
+
+
+def test_full_error_shows_the_traceback(tmp_path):
+    r = train("trainer.epochs=-2", cwd=tmp_path, full_error=True)
+    assert r.returncode != 0 and "Traceback" in r.stderr and "trainer.epochs=-2 must be >= 0" in r.stderr
+
+
+def test_nan_to_num_replaces_instead(tmp_path):
+    r = train(*FAULTY, "+env.make.fault=nan_reward", "env.nan_to_num=true", "trainer.epochs=1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -1,0 +1,49 @@
+"""amago-bench: every row's preset composes with the budget the row declares, and one real (tiny) run goes
+through the whole machinery: an amago-train subprocess, per-row JSON, the curves PNG and the markdown table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from amago_app.cli.bench import TASKS, main
+from conftest import compose_config
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_row_is_a_preset_with_its_declared_budget(name):
+    task = TASKS[name]
+    cfg = compose_config([f"+experiment=bench/{task.preset}"], tiny=False)
+    assert cfg.trainer.epochs == task.epochs
+    assert cfg.trainer.val_interval and cfg.trainer.val_timesteps_per_epoch > 0
+
+
+def test_a_tiny_run_is_measured_and_reported(tmp_path):
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "amago_app.cli.bench", "--tasks", "cartpole", "--seeds", "0", "--jobs", "1",
+           "--budget-scale", "0.05", "--out", str(out),
+           "--override", "trainer.train_batches_per_epoch=3", "--override", "trainer.train_timesteps_per_epoch=20",
+           "--override", "env.val_timesteps=30", "--override", "env.parallel_actors=2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((out / "cartpole.json").read_text())
+    seed = result["variants"]["memory"]["seeds"]["0"]
+    assert seed["finished"] and seed["validations"] == 3 and seed["env_steps"] == 2 * 2 * 20  # 2 epochs x 2 actors
+    assert seed["updates"] is not None and seed["wall_s"] > 0
+    assert not seed["reached"] and seed["updates_to_threshold"] is None  # 475 is far away: reported, not dropped
+    assert (out / "cartpole.png").stat().st_size > 1000
+    table = (out / "results.md").read_text()
+    assert "| cartpole | 475 | 0/1 |" in table
+    # finished runs are not run again: a second invocation only rewrites the report
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "start" not in again.stdout
+
+
+def test_bad_arguments_exit_with_one_line(capsys):
+    assert main(["--tasks", "cartpole,nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "tmaze_h50" in err[0]
+    assert main(["--seeds", "a,b"]) == 2

@@ -1,0 +1,85 @@
+"""Multi-node DDP on one machine: two `torchrun --nnodes 2` launches (one process each) meet through a c10d
+rendezvous on localhost, exactly as two machines would (gloo on CPU)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from conftest import TINY
+
+TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+WORKER = str(Path(__file__).with_name("cli_rank_worker.py"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_nodes(cwd: Path, out: Path, tag: str, overrides: list[str], timeout=300) -> None:
+    """Node 0 and node 1, each `torchrun --nnodes 2 --node_rank R --nproc_per_node 1` with the same overrides."""
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(
+        [TORCHRUN, "--nnodes", "2", "--node_rank", str(r), "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+         "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"amago-{tag}", WORKER, str(out), tag, *overrides],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    try:
+        logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-4000:]
+
+
+def _ranks(out: Path, tag: str) -> list[dict]:
+    return [torch.load(out / f"rank{r}-{tag}.pt", weights_only=False) for r in (0, 1)]
+
+
+def _assert_identical(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_two_node_rendezvous_one_run_dir_identical_weights_and_resume(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    common = [*TINY, "trainer.threads=1", "logger=wandb", "logger.mode=offline"]
+    _two_nodes(tmp_path, out, "first", [*common, "trainer.epochs=2"])
+    a, b = _ranks(out, "first")
+    assert a["world_size"] == b["world_size"] == 2
+    # one run directory for both "nodes" (each Hydra made its own; the second one's was folded into the first)
+    runs = list((tmp_path / "runs" / "tmaze-H3").iterdir())
+    assert len(runs) == 1 and a["run_dir"] == b["run_dir"] == str(runs[0].resolve())
+    run = runs[0]
+    _assert_identical(a["agent"], b["agent"])
+    assert a["gradient_steps"] == b["gradient_steps"] == 2 * 3
+    assert a["total_frames"] == 2 * 2 * 2 * 8  # nodes x actors x epochs x steps
+    # every rank acts in its own envs
+    assert a["train_env_seed"] != b["train_env_seed"] and a["val_env_seed"] != b["val_env_seed"]
+    # only the main process opened a wandb run
+    assert len(list((run / "wandb").glob("offline-run-*"))) == 1
+    state = run / "ckpts" / "training_states"
+    (epoch_dir,) = [p for p in state.iterdir() if p.name.startswith("epoch_1")]
+    assert {"rank0.pt", "rank1.pt"} <= {p.name for p in epoch_dir.iterdir()}
+
+    # resume under the same layout: both nodes continue the one run in place
+    _two_nodes(tmp_path, out, "resumed", [f"resume={run}", "trainer.epochs=3", "trainer.threads=1"])
+    a2, b2 = _ranks(out, "resumed")
+    assert a2["run_dir"] == b2["run_dir"] == a["run_dir"] and len(list(run.parent.iterdir())) == 1
+    assert a2["epoch"] == b2["epoch"] == 3 and a2["gradient_steps"] == 3 * 3
+    assert a2["total_frames"] == 3 * 2 * 2 * 8
+    _assert_identical(a2["agent"], b2["agent"])
+    assert any(not torch.equal(v, a["agent"][k]) for k, v in a2["agent"].items())  # it trained on
+    assert len(list((run / "wandb").glob("offline-run-*"))) <= 2  # the resumed main process at most one more
