@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,9 @@ from conftest import TINY
 
 def amago(tool: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
     module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}  # user errors: one line, no traceback
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +78,10 @@ def test_checkpoint_choice(run):
     ("video.format=avi", "video.format='avi' must be one of mp4 | gif | both"),
     ("video.fps=0", "video.fps=0 must be an integer >= 1"),
 ])
-def test_bad_input_is_one_line(run, arg, message, capsys):
+def test_bad_input_is_one_line(run, arg, message, capsys, monkeypatch):
     from amago_app.cli.eval import main
 
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)  # (conftest sets it for tracebacks in tests)
     _, run_dir = run
     with pytest.raises(SystemExit) as exit_:
         main([str(run_dir), arg])

@@ -89,12 +89,22 @@ def read_history(run_dir: Path) -> list[dict]:
     return OmegaConf.to_container(OmegaConf.load(path)) or []
 
 
+def _command_line(argv: Sequence[str]) -> str:
+    """The command as it was typed: `amago-train ...`, or `python -m amago_app.cli.train ...`."""
+    argv = list(argv)
+    if argv and argv[0].endswith(os.path.join("amago_app", "cli", "train.py")):
+        argv[0:1] = [Path(sys.executable).name, "-m", "amago_app.cli.train"]
+    elif argv:
+        argv[0] = Path(argv[0]).name
+    return shlex.join(argv)
+
+
 def record_command(run_dir: Path, overrides: Sequence[str], resumed_from: Path | None,
                    argv: Sequence[str] | None = None) -> None:
     """Append this start (or resume) to `overrides_history.yaml`: when, from where, the command and overrides."""
     entry = {
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": " ".join(shlex.quote(a) for a in (sys.argv if argv is None else argv)),
+        "command": _command_line(sys.argv if argv is None else argv),
         "cwd": os.getcwd(),
         "overrides": [o for o in overrides if not o.startswith("resume=")],
     }
