@@ -1,5 +1,5 @@
 """Speed benchmark on the reference workload: T-maze, Transformer memory (d_model 128, 2 layers, 8 heads),
-batch 24, 8 actors, max_seq_len 50 (the window of ../shared/bench/probe.py).
+batch 24, 8 actors, max_seq_len 50.
 
 Prints JSON lines:
   update      gradient updates/s of the full AMAGO update (7 gammas, 4 critics, targets), batches from the

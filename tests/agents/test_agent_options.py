@@ -632,7 +632,7 @@ def train_and_act(agent, env):
 def test_hydra_agents_train_and_act(envs, agent_name, kind):
     agent = hydra_agent(envs, kind, [f"agent={agent_name}"])
     assert type(agent) is AGENTS[agent_name]
-    if agent_name == "multitask":  # spec 04 §1 table
+    if agent_name == "multitask":  # the MultiTaskAgent's own defaults
         assert isinstance(agent.critics, NCriticsTwoHot)
         assert (agent.online_coeff, agent.offline_coeff, agent.k_actor, agent.k_critic) == (0.0, 1.0, 3, 1)
         if kind == "discrete":

@@ -104,5 +104,6 @@ def test_a_custom_agent_trains_checkpoints_resumes_and_evaluates(tmp_path):
 
 def test_an_agent_class_outside_the_contract_fails_with_one_clear_line(tmp_path):
     cfg = compose_config(SMALL[:1] + [f"agent._target_={__name__}.NotAnAgent"] + SMALL[3:], tiny=False)
-    with pytest.raises(TypeError, match="does not implement amago_app.agents.base.BaseAgent"):
+    with pytest.raises(ValueError, match="does not implement amago_app.agents.base.BaseAgent") as e:
         Trainer(cfg, tmp_path / "run")
+    assert "\n" not in str(e.value)

@@ -1,4 +1,4 @@
-"""Advantage filters: each weight equals its formula (spec 04 §2), elementwise, including clipping."""
+"""Advantage filters: each weight equals its formula (docs/design.md, "Losses"), elementwise, including clipping."""
 
 from __future__ import annotations
 

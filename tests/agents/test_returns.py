@@ -5,7 +5,7 @@ from amago_app.agents.returns import nstep_targets
 
 
 def brute_force(r, d, q, gammas, mask, n):
-    """Direct loop over the definition (spec 04 §2)."""
+    """Direct loop over the definition (docs/design.md, "Losses")."""
     B, T, _ = r.shape
     y = torch.zeros(B, T, len(gammas))
     for b in range(B):

@@ -103,3 +103,20 @@ def test_two_processes_share_one_small_buffer(tmp_path):
     deleted = sorted(int(r[1]) for r in reports)
     assert deleted[0] == 0 and deleted[1] > 0, reports  # exactly one process owns trimming
     assert all(int(r[3]) == 2000 for r in reports)
+
+
+def test_two_training_runs_share_one_buffer_with_max_size_4(tmp_path):
+    """The reported failure: two `amago-train` runs on one buffer (buffer.root/buffer.name, max_size=4)."""
+    from conftest import TINY
+
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(PYTHONPATH=SRC, OMP_NUM_THREADS="1")
+    args = [*TINY, "trainer.threads=1", "trainer.epochs=6", f"buffer.root={tmp_path / 'buffers'}", "buffer.name=shared",
+            "buffer.max_size=4", "trainer.train_batches_per_epoch=6"]
+    procs = [subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *args, f"seed={i}",
+                               f"hydra.run.dir={tmp_path / f'run{i}'}"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    assert len(list((tmp_path / "buffers" / "shared" / "buffer" / "fifo").glob("*.npz"))) <= 4 + 2 * 2 * 8

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from amago_app.nets.traj import attention as A
+from amago_app.nets.traj.sigma_reparam import SigmaReparamLinear
 from amago_app.nets.traj.transformer import TransformerTrajEncoder
 
 D_IN = 5
@@ -342,7 +343,7 @@ def test_flash_style_window_pair_is_a_sliding_window():
 # --- σReparam -----------------------------------------------------------------------------------------------------
 def test_sigma_reparam_spectral_norm_and_power_iteration():
     torch.manual_seed(0)
-    lin = A.SigmaReparamLinear(12, 20)
+    lin = SigmaReparamLinear(12, 20)
     u0, _, v0 = torch.linalg.svd(torch.randn(20, 12), full_matrices=False)
     with torch.no_grad():  # known spectrum with a clear gap so 30 power steps converge tightly
         lin.weight.copy_(u0 @ torch.diag(torch.cat([torch.tensor([3.0]), torch.linspace(1.0, 0.2, 11)])) @ v0)
@@ -372,7 +373,7 @@ def test_sigma_reparam_spectral_norm_and_power_iteration():
 def test_sigma_reparam_bias_keeps_the_linear_default_init():
     torch.manual_seed(0)
     d_in = 64
-    lin = A.SigmaReparamLinear(d_in, 4096)
+    lin = SigmaReparamLinear(d_in, 4096)
     bound = 1.0 / math.sqrt(d_in)
     assert lin.bias.abs().max() <= bound
     assert lin.bias.std().item() == pytest.approx(bound / math.sqrt(3.0), rel=0.05)

@@ -1,4 +1,4 @@
-"""CNN timestep encoders (spec 03 §1): trunks, scaling, layouts, DrQ-v2 augmentation, agent gradients, config."""
+"""CNN timestep encoders: trunks, scaling, layouts, DrQ-v2 augmentation, agent gradients, config."""
 
 from __future__ import annotations
 

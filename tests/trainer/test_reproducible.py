@@ -3,12 +3,20 @@ an interrupted and resumed online run equals a straight one."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints
 from amago_app.trainer.run import train
-from conftest import compose_config
+from conftest import TINY, compose_config
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 VOLATILE = ("wall_time", "time", "FPS", "per second", "/s", "Disk Usage", "Elapsed")
 
@@ -43,3 +51,21 @@ def test_same_seed_same_run(tmp_path):
     train(compose_config(cfg), tmp_path / "a")
     train(compose_config(cfg), tmp_path / "b")
     _assert_same_run(tmp_path / "a", tmp_path / "b")
+
+
+def test_killed_and_resumed_online_run_equals_a_straight_run(tmp_path):
+    """Online, with a real kill -9: the first run dies in epoch 2's first update (after the epoch-1 checkpoint,
+    with buffer files and metric rows written after it); the resumed run equals a straight one bit for bit.
+    The actors' envs, hidden states (KV cache), unfinished trajectories, exploration and RNGs continue
+    mid-episode (env.horizon=7 with 8 steps per epoch: episodes straddle every checkpoint)."""
+    cfg = ["seed=3", "trainer.threads=1", "trainer.ckpt_interval=1", "env.horizon=7", "trainer.epochs=4"]
+    train(compose_config(cfg), tmp_path / "straight")
+    split = tmp_path / "split"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", AMAGO_CRASH_AT="update:7")
+    r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, *cfg, f"hydra.run.dir={split}"],
+                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    assert Checkpoints(split).saved_epochs() == [0, 1]
+    train(compose_config([f"resume={split}"]), tmp_path / "unused", overrides=[f"resume={split}"])
+    _assert_same_run(tmp_path / "straight", split)

@@ -1,4 +1,5 @@
-"""AMAGO-2's MultiTaskAgent: losses that do not depend on the scale of returns (spec 04 §5).
+"""AMAGO-2's MultiTaskAgent: losses that do not depend on the scale of returns
+(docs/design.md, "Losses").
 
 Differences from `Agent`:
 

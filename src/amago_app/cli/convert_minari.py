@@ -4,7 +4,7 @@
     amago-convert-minari ~/.minari/datasets/cartpole/random-v0 --out my_demos/buffer/protected --max-episodes 500
     python -m amago_app.cli.convert_minari ...                # the same without the console script
 
-Each episode becomes one `.npz` file in the buffer format (spec 01 §2, 02 §2), written atomically into the
+Each episode becomes one `.npz` file in the buffer format (docs/design.md, "Buffer files"), written atomically into the
 `protected/` directory of a buffer, where the trainer samples it but never deletes it. Then train offline with
 `buffer.root=<root> buffer.name=<name> trainer.start_collecting_at_epoch=<k or a large number>` (docs/offline.md).
 

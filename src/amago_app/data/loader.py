@@ -21,7 +21,7 @@ PADDED_SAMPLING = ("none", "both", "left", "right")
 
 
 def window_bounds(length: int, max_seq_len: int, padded_sampling: str, rng: np.random.Generator) -> tuple[int, int]:
-    """[start, stop) transition range of a random window (spec 02 §4). `length` = transitions in the file."""
+    """[start, stop) transition range of a random window (docs/design.md). `length` = transitions in the file."""
     L = max_seq_len
     if length <= L:
         return 0, length

@@ -7,7 +7,7 @@ online buffer has data::
     MixtureOfDatasets({"offline": demos, "online": own_buffer}, sampling_weights=[0.8, 0.2],
                       smooth_sudden_starts=50)
 
-Rules (spec 02 §7):
+Rules:
 
 * every sampled trajectory first picks a child by its *current* weight, renormalized over the children that
   are ready for training (children that are not ready are never sampled);

@@ -1,4 +1,4 @@
-"""`AMAGOEnv`: the environment contract of spec 01 over a batch of E envs.
+"""`AMAGOEnv`: the environment contract (docs/design.md) over a batch of E envs.
 
 It wraps any gymnasium vector env whose autoreset mode is SAME_STEP (our sync/async actors, or a user's
 already-vectorized env) and speaks in `Timestep`s:
@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX, Timestep
 from amago_app.envs.spaces import ActionAdapter, ObsAdapter
+from amago_app.envs.state import chain_state, set_chain_state
 
 
 def default_env_name(env: gym.Env, fallback: str | None = None) -> str:
@@ -60,6 +61,17 @@ class ReportEnvName(gym.Wrapper):
         space = env.observation_space
         parts = space.spaces.items() if isinstance(space, gym.spaces.Dict) else [(None, space)]
         self._boxes = {k: sub for k, sub in parts if isinstance(sub, gym.spaces.Box)}
+        self._amago_pending_state = None  # set per env by the vector env (set_attr), applied by amago_apply_state
+
+    # --- checkpointing (envs/state.py): called through the vector env, also in async worker processes ---------
+    def amago_get_state(self) -> dict | None:
+        levels = chain_state(self.env)
+        return None if levels is None else {"t": self._t, "levels": levels}
+
+    def amago_apply_state(self) -> None:
+        state, self._amago_pending_state = self._amago_pending_state, None
+        self._t = state["t"]
+        set_chain_state(self.env, state["levels"])
 
     @property
     def env_name(self) -> str:
@@ -248,6 +260,33 @@ class AMAGOEnv:
             result.next = result.step
         self.current = result.next
         return result
+
+    def get_state(self) -> dict | None:
+        """Everything needed to continue these envs exactly (None if some env cannot save its state)."""
+        if isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+            envs = list(self.env.call("amago_get_state"))
+            if any(e is None for e in envs):
+                return None
+        elif callable(getattr(self.env, "get_state", None)):  # an already-vectorized env that saves itself
+            envs = self.env.get_state()
+        else:
+            return None
+        cur = self.current
+        return {"envs": envs, "time_idx": self.time_idx.copy(), "returns": self._returns.copy(),
+                "env_names": list(self.env_names),
+                "current": {"obs": dict(cur.obs), "prev_action": cur.prev_action, "reward": cur.reward,
+                            "time_idx": cur.time_idx, "terminal": cur.terminal}}
+
+    def set_state(self, state: dict) -> None:
+        if isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+            self.env.set_attr("_amago_pending_state", list(state["envs"]))
+            self.env.call("amago_apply_state")
+        else:
+            self.env.set_state(state["envs"])
+        self.time_idx[:] = state["time_idx"]
+        self._returns[:] = state["returns"]
+        self.env_names = list(state["env_names"])
+        self.current = Timestep(**state["current"])
 
     def close(self) -> None:
         self.env.close()

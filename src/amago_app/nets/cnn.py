@@ -1,4 +1,4 @@
-"""Image timestep encoders: CNN trunks and `CNNTstepEncoder` (spec 03 §1).
+"""Image timestep encoders: CNN trunks and `CNNTstepEncoder` (docs/design.md, "Networks").
 
 A trunk maps a sequence of images `(B, L, H, W, C)` (or `(B, L, C, H, W)` with `channels_first=True`) to
 features `(B, L, output_size)`. Timesteps are folded into the batch (`(B*L, C, H, W)`), so frames never mix.
@@ -231,7 +231,7 @@ def first_augmented_row(batch_size: int, aug_pct_of_batch: float) -> int:
 
 # --- timestep encoder -------------------------------------------------------------------------------------
 class CNNTstepEncoder(TstepEncoder):
-    """One image observation key -> CNN trunk, merged with the previous action and reward (spec 03 §1)."""
+    """One image observation key -> CNN trunk, merged with the previous action and reward."""
 
     def __init__(
         self,

@@ -91,8 +91,8 @@ def build_agent(cfg: DictConfig, envs: AMAGOEnv) -> BaseAgent:
         traj_encoder=build(cfg.traj_encoder),
     )
     if not isinstance(agent, BaseAgent):
-        raise TypeError(f"agent._target_ built a {type(agent).__name__}, which does not implement "
-                        "amago_app.agents.base.BaseAgent")
+        raise ValueError(f"agent._target_ built a {type(agent).__name__}, which does not implement "
+                         "amago_app.agents.base.BaseAgent (subclass it: its docstring is the agent contract)")
     return agent
 
 

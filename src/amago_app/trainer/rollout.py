@@ -7,6 +7,7 @@ test rollouts are reset before each evaluation and start from a fresh hidden sta
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from contextlib import nullcontext
 from pathlib import Path
@@ -168,5 +169,59 @@ class Rollout:
             agent.train(was_training)
         return stats
 
+    # --- checkpointing ------------------------------------------------------------------------------
+    def state_dict(self, with_envs: bool = True) -> dict:
+        """The seed of the next reset and, mid-rollout, the envs' states and the policy's hidden state.
+
+        `envs` is None when an env cannot save its state (envs/state.py); the rollout then restarts at resume."""
+        state = {"seed": self.seed, "envs": None, "hidden": None}
+        if with_envs and self._started:
+            state["envs"] = self.envs.get_state()
+            if state["envs"] is not None:
+                state["hidden"] = hidden_to_state(self.hidden)
+        return state
+
+    def load_state_dict(self, state: dict, agent: BaseAgent, device: torch.device) -> bool:
+        """Restore `state_dict()`; returns whether the rollout continues mid-episode (else it resets next run)."""
+        self.seed = state["seed"]
+        if state.get("envs") is None:
+            self._started = False
+            return False
+        self.envs.set_state(state["envs"])
+        template = agent.init_hidden_state(self.num_envs, device)
+        self.hidden = hidden_from_state(template, state["hidden"], device)
+        self._started = True
+        return True
+
     def close(self) -> None:
         self.envs.close()
+
+
+def hidden_to_state(hidden):
+    """A memory's hidden state (tensors, lists/tuples of them, dataclasses such as the KV cache) as plain data."""
+    if hidden is None or torch.is_tensor(hidden):
+        return None if hidden is None else hidden.detach().cpu()
+    if dataclasses.is_dataclass(hidden):
+        return {f.name: hidden_to_state(getattr(hidden, f.name)) for f in dataclasses.fields(hidden)}
+    if isinstance(hidden, (list, tuple)):
+        return [hidden_to_state(h) for h in hidden]
+    if isinstance(hidden, (int, float, bool, str)):
+        return hidden
+    raise TypeError(f"cannot checkpoint a hidden state of type {type(hidden).__name__}")
+
+
+def hidden_from_state(template, saved, device):
+    """Fill `template` (a fresh `init_hidden_state`) with `hidden_to_state` output."""
+    if saved is None:
+        return None if template is None or torch.is_tensor(template) else template
+    if torch.is_tensor(saved):
+        return saved.to(device)
+    if dataclasses.is_dataclass(template):
+        for f in dataclasses.fields(template):
+            setattr(template, f.name, hidden_from_state(getattr(template, f.name), saved[f.name], device))
+        return template
+    if isinstance(template, (list, tuple)) or isinstance(saved, list):
+        items = list(template) if isinstance(template, (list, tuple)) else [None] * len(saved)
+        restored = [hidden_from_state(t, s, device) for t, s in zip(items, saved)]
+        return tuple(restored) if isinstance(template, tuple) else restored
+    return saved

@@ -4,17 +4,14 @@ ImageMemory."""
 from amago_app.envs.builtin.frozen_lake import MetaFrozenLake
 from amago_app.envs.builtin.image_memory import ImageMemory
 from amago_app.envs.builtin.key_door import RoomKeyDoor
-from amago_app.envs.builtin.mazerunner import MazeRunner, MazeRunnerAMAGOEnv
-from amago_app.envs.builtin.tmaze import TMazeActive, TMazeAltActive, TMazeAltPassive, TMazePassive
+from amago_app.envs.builtin.mazerunner import MazeRunner
+from amago_app.envs.builtin.tmaze import TMazeActive, TMazePassive
 
 __all__ = [
     "ImageMemory",
     "MetaFrozenLake",
     "RoomKeyDoor",
     "MazeRunner",
-    "MazeRunnerAMAGOEnv",
     "TMazePassive",
     "TMazeActive",
-    "TMazeAltPassive",
-    "TMazeAltActive",
 ]

@@ -54,6 +54,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
+from amago_app.envs.state import SavesState
 
 # action index -> (dx, dy)
 _MOVES = {0: (0, 0), 1: (1, 0), 2: (-1, 0), 3: (0, 1), 4: (0, -1)}
@@ -77,8 +78,11 @@ def lake_has_path(lake: list[list[str]]) -> bool:
     return False
 
 
-class MetaFrozenLake(gym.Env):
+class MetaFrozenLake(SavesState, gym.Env):
     """k attempts at one random frozen lake per reset. See the module docstring for the exact rules."""
+
+    #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
+    STATE = ("task_map", "current_map", "action_mapping", "pos", "current_k", "attempt_steps", "successes")
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 6}
 

@@ -20,11 +20,14 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.state import SavesState
 
 CUE_COLOURS = np.array([[255, 0, 0], [0, 0, 255]], dtype=np.uint8)
 
 
-class ImageMemory(gym.Env):
+class ImageMemory(SavesState, gym.Env):
+    #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
+    STATE = ("cue", "t")
     metadata = {"render_modes": []}
 
     def __init__(self, size: int = 16, horizon: int = 8):

@@ -39,6 +39,7 @@ import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
+from amago_app.envs.state import SavesState
 
 # action index -> (dx, dy)
 _MOVES = {0: (0, 0), 1: (1, 0), 2: (-1, 0), 3: (0, 1), 4: (0, -1)}
@@ -46,8 +47,12 @@ _MOVES = {0: (0, 0), 1: (1, 0), 2: (-1, 0), 3: (0, 1), 4: (0, -1)}
 Location = str | Sequence[int]
 
 
-class RoomKeyDoor(gym.Env):
+class RoomKeyDoor(SavesState, gym.Env):
     """Meta-RL key-to-door room. See the module docstring for the exact rules."""
+
+    #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
+    STATE = ("start", "key", "goal", "action_mapping", "pos", "has_key", "attempt_time", "total_steps",
+             "attempt_index", "pending_reset", "successes")
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
+from amago_app.envs.state import SavesState
 
 NOOP, WEST, NORTH, EAST, SOUTH = range(5)
 # action index -> (d_row, d_col)
@@ -87,8 +88,11 @@ def generate_maze(n: int, rng: np.random.Generator, loop_prob: float = 0.15) -> 
     return walls
 
 
-class MazeRunner(gym.Env):
+class MazeRunner(SavesState, gym.Env):
     """Reach k goals in order in a random maze. See the module docstring for the exact rules."""
+
+    #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
+    STATE = ("maze", "goals", "action_mapping", "pos", "n_completed", "t")
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
@@ -221,7 +225,4 @@ class MazeRunner(gym.Env):
         return self._obs(), reward, terminated, False, info
 
 
-# name used by the original project
-MazeRunnerAMAGOEnv = MazeRunner
-
-__all__ = ["MazeRunner", "MazeRunnerAMAGOEnv", "generate_maze", "NOOP", "WEST", "NORTH", "EAST", "SOUTH"]
+__all__ = ["MazeRunner", "generate_maze", "NOOP", "WEST", "NORTH", "EAST", "SOUTH"]

@@ -49,13 +49,17 @@ import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
+from amago_app.envs.state import SavesState
 
 RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
 _MOVES = {RIGHT: (1, 0), UP: (0, 1), LEFT: (-1, 0), DOWN: (0, -1)}
 
 
-class _TMaze(gym.Env):
+class _TMaze(SavesState, gym.Env):
     """Shared machinery; ``oracle_length`` is 0 (passive) or 1 (active)."""
+
+    #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
+    STATE = ("x", "y", "goal_y", "t", "goal_seen")
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
     _name = "TMaze"
@@ -177,8 +181,4 @@ class TMazeActive(_TMaze):
                          render_mode=render_mode)
 
 
-# names used by the original project
-TMazeAltPassive = TMazePassive
-TMazeAltActive = TMazeActive
-
-__all__ = ["TMazePassive", "TMazeActive", "TMazeAltPassive", "TMazeAltActive", "RIGHT", "UP", "LEFT", "DOWN"]
+__all__ = ["TMazePassive", "TMazeActive", "RIGHT", "UP", "LEFT", "DOWN"]

@@ -1,4 +1,5 @@
-"""Transformer pieces: σReparam linear layers, positional encodings, attention backends and masks, a KV cache.
+"""Causal self-attention: backends and masks, and the KV cache of rollouts. (σReparam linear layers live in
+`sigma_reparam.py`, positional encodings in `positions.py`.)
 
 Positions are the *absolute in-episode time index*, not the offset inside the training window, so a window
 cut from the middle of a long episode sees the same positions it saw during the rollout.
@@ -52,7 +53,6 @@ faster than (N, slots, heads, head_dim); the flash backend keeps the latter, whi
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,9 +61,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from amago_app.nets.traj.positions import rope
+from amago_app.nets.traj.sigma_reparam import linear
+
 log = logging.getLogger(__name__)
 
-POS_EMBS = ("fixed", "learnable", "rope", "none")
 ATTENTION_BACKENDS = ("sdpa", "vanilla", "flash", "flex", "auto")
 ATTN_MASKS = ("causal", "sliding_window", "sliding_sink")
 CUDA_EXTRA = "pip install amago_app[cuda]"
@@ -76,94 +78,6 @@ def log_once(level: int, msg: str) -> None:
     if msg not in _LOGGED:
         _LOGGED.add(msg)
         log.log(level, msg)
-
-
-class SigmaReparamLinear(nn.Module):
-    """W_hat = gamma * W / sigma(W), sigma estimated by one power-iteration step per training forward."""
-
-    def __init__(self, d_in: int, d_out: int, bias: bool = True):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(d_out, d_in))
-        nn.init.trunc_normal_(self.weight, std=0.02)
-        # the bias keeps nn.Linear's default U(+-1/sqrt(d_in)); only the weight is re-initialised
-        self.bias = nn.Parameter(torch.empty(d_out).uniform_(-d_in ** -0.5, d_in ** -0.5)) if bias else None
-        self.gamma = nn.Parameter(torch.ones(()))
-        u, _, vh = torch.linalg.svd(self.weight.detach(), full_matrices=False)
-        self.register_buffer("u", u[:, 0].contiguous())
-        self.register_buffer("v", vh[0].contiguous())
-        self._cached: tuple | None = None
-
-    def effective_weight(self) -> torch.Tensor:
-        # mv + dot, not einsum: einsum's path search costs more than the product itself at these sizes.
-        # u, v are cloned: a later training forward updates them in place, which must not touch this
-        # graph's saved tensors.
-        sigma = torch.dot(self.u.clone(), torch.mv(self.weight, self.v.clone()))
-        return self.weight * (self.gamma / sigma)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
-            self._cached = None
-            with torch.no_grad():
-                w = self.weight.detach().float()
-                self.u.copy_(F.normalize(w @ self.v, dim=0))
-                self.v.copy_(F.normalize(w.T @ self.u, dim=0))
-            return F.linear(x, self.effective_weight(), self.bias)
-        if torch.is_grad_enabled():
-            return F.linear(x, self.effective_weight(), self.bias)
-        # rollouts: W_hat only changes when the parameters or u, v do (in-place updates bump _version)
-        key = (self.weight._version, self.gamma._version, self.u._version, self.weight.data_ptr(), x.device)
-        cached = getattr(self, "_cached", None)
-        if cached is None or cached[0] != key:
-            cached = self._cached = (key, self.effective_weight())
-        return F.linear(x, cached[1], self.bias)
-
-
-def linear(d_in: int, d_out: int, bias: bool, sigma_reparam: bool) -> nn.Module:
-    return SigmaReparamLinear(d_in, d_out, bias) if sigma_reparam else nn.Linear(d_in, d_out, bias=bias)
-
-
-def sinusoid(time_idxs: torch.Tensor, dim: int) -> torch.Tensor:
-    """sin/cos(t * 10000^(-2i/d)) on even/odd dims. time_idxs (..., ) -> (..., dim)."""
-    freqs = torch.exp(torch.arange(0, dim, 2, device=time_idxs.device, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    angles = time_idxs.float().unsqueeze(-1) * freqs
-    out = torch.zeros(*time_idxs.shape, dim, device=time_idxs.device)
-    out[..., 0::2] = torch.sin(angles)
-    out[..., 1::2] = torch.cos(angles[..., : dim // 2])
-    return out
-
-
-class PositionalEmbedding(nn.Module):
-    """Additive embedding of the absolute time index (`fixed` sinusoid or `learnable`); zero otherwise."""
-
-    def __init__(self, kind: str, d_model: int, max_time_idx: int | None = None):
-        super().__init__()
-        if kind not in POS_EMBS:
-            raise ValueError(f"pos_emb={kind!r} is not one of {POS_EMBS}")
-        self.kind, self.d_model = kind, d_model
-        if kind == "learnable":
-            if not max_time_idx:
-                raise ValueError("pos_emb=learnable needs max_time_idx (the longest rollout, in steps)")
-            self.max_time_idx = int(max_time_idx)
-            self.table = nn.Embedding(self.max_time_idx, d_model)
-
-    def forward(self, time_idxs: torch.Tensor) -> torch.Tensor | None:
-        if self.kind == "fixed":
-            return sinusoid(time_idxs, self.d_model)
-        if self.kind == "learnable":
-            return self.table(time_idxs.clamp(0, self.max_time_idx - 1))
-        return None
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary embedding (half-split) of x (B, H, L, hd) at absolute positions (B, L)."""
-    hd = x.shape[-1]
-    half = hd // 2
-    freqs = torch.exp(torch.arange(half, device=x.device, dtype=torch.float32) * (-math.log(base) / half))
-    angles = positions.float()[:, None, :, None] * freqs  # (B, 1, L, half)
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half : 2 * half]
-    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return torch.cat([rotated, x[..., 2 * half :]], dim=-1) if hd % 2 else rotated
 
 
 # --- masks ---------------------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ import torch.nn as nn
 
 from amago_app.nets.common import activation as make_activation
 from amago_app.nets.common import norm as make_norm
-from amago_app.nets.traj.attention import (AttentionBackend, CausalSelfAttention, KVCache, MaskSpec,
-                                           PositionalEmbedding, StepIndex, linear, make_backend)
+from amago_app.nets.traj.attention import (AttentionBackend, CausalSelfAttention, KVCache, MaskSpec, StepIndex,
+                                           make_backend)
+from amago_app.nets.traj.positions import PositionalEmbedding
+from amago_app.nets.traj.sigma_reparam import linear
 from amago_app.nets.traj.base import TrajEncoder
 
 
