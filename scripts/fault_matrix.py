@@ -47,7 +47,7 @@ def run(tool, *args, cwd, crash_at=None, wait=True, extra_env=None):
 def last_line(r) -> str:
     lines = [ln for ln in (r.stderr or "").strip().splitlines() if ln.strip()]
     n = len(lines)
-    return (f"{lines[-1][:160]}" + (f" ({n} lines)" if n > 1 else "")) if lines else "(no output)"
+    return (f"{lines[-1][:300]}" + (f" ({n} lines)" if n > 1 else "")) if lines else "(no output)"
 
 
 def consistent(run_dir: Path) -> str:
@@ -61,8 +61,12 @@ def consistent(run_dir: Path) -> str:
     leftovers = [p for p in run_dir.rglob(".tmp-*")]
     epochs = [r["epoch"] for r in read_jsonl(run_dir / "metrics" / "dataset.jsonl")]
     ok = not leftovers and epochs == sorted(set(epochs))
-    return f"states {ck.saved_epochs()} readable, metrics epochs {epochs}, tmp leftovers {len(leftovers)}" + \
-        ("" if ok else " INCONSISTENT")
+    def span(xs):
+        return f"{xs[0]}..{xs[-1]}" if len(xs) > 4 else str(xs)
+
+    states = ck.saved_epochs()
+    return (f"states {span(states)} readable, metric epochs {span(epochs)} (one timeline: {ok}), "
+            f"tmp leftovers {len(leftovers)}")
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from amago_app.cli.errors import report_user_errors
+from amago_app.cli.errors import one_line_warnings, report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
@@ -103,6 +103,7 @@ def _check_composition(args: list[str]) -> None:
 
 def main() -> None:
     _exit_with_launcher()
+    one_line_warnings("amago-train")
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
         _check_composition(sys.argv[1:])
