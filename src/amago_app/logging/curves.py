@@ -354,6 +354,10 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     palette = plt.get_cmap("viridis") if spec.ordered else plt.get_cmap("tab10")
     drawn = 0
     seeds_per_group = []
+    # a success rate stays a rate: its band is clipped to [0, 1] (a t-interval of few seeds can leave it)
+    rate = "success" in (spec.ylabel or spec.title).lower() and all(
+        0.0 <= y <= 1.0 for runs in groups.values() for r in runs for sec, m, _ in spec.series
+        for y in r.series(sec, m, x)[1])
     for gi, (label, runs) in enumerate(groups.items()):
         for si, (section, metric, suffix) in enumerate(spec.series):
             curve = aggregate([r.series(section, metric, x) for r in runs], band)
@@ -371,7 +375,8 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
                               marker="o" if len(curve.x) <= 3 else None, ms=3)
             line.set_gid(f"{label}|{metric}")
             if curve.n > 1 and band != "none":
-                poly = ax.fill_between(curve.x, curve.low, curve.high, color=color, alpha=0.2, lw=0)
+                low, high = (np.clip(curve.low, 0, 1), np.clip(curve.high, 0, 1)) if rate else (curve.low, curve.high)
+                poly = ax.fill_between(curve.x, low, high, color=color, alpha=0.2, lw=0)
                 poly.set_gid(f"{label}|{metric} band")
             if show_seeds:
                 for run, (sx, sy) in zip(runs, curve.seeds):
@@ -385,16 +390,17 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     if threshold is not None:
         ref = ax.axhline(threshold, color="0.3", ls="--", lw=1.0, label=f"threshold {threshold:g}")
         ref.set_gid("threshold")
-    ymin, ymax = ax.dataLim.y0, ax.dataLim.y1
-    if "success" in (spec.ylabel or spec.title).lower() and 0.0 <= ymin and ymax <= 1.0:
-        ax.set_ylim(-0.04, 1.04)  # a rate: the whole [0, 1] range, so a flat 0 or 1 reads as such
+    if rate:
+        ax.set_ylim(-0.04, 1.04)  # the whole [0, 1] range, so a flat 0 or 1 reads as such
     ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel(spec.ylabel or spec.series[0][1])
     band_note = f", mean and {_BAND_NAMES[band]} over seeds" if band != "none" and max(seeds_per_group) > 1 else ""
     ax.set_title((title or spec.title) + band_note, fontsize=10)
     ax.grid(alpha=0.3)
-    if x == "total_frames":
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    if x in ("total_frames", "gradient_steps"):
+        from matplotlib.ticker import EngFormatter
+
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 4k, 800k, 1.2M
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
