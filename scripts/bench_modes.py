@@ -7,7 +7,7 @@ success 1.0, and the final validation return. Prints one JSON line per run and a
 
     python scripts/bench_modes.py --out bench-modes                        # both vs async (1 collector)
     python scripts/bench_modes.py --out bench-modes --runs both async-2    # pick runs (names below)
-    python scripts/bench_modes.py --out bench-modes --runs both trainer.epochs=12     # extra overrides for every run
+    python scripts/bench_modes.py --out bench-modes trainer.epochs=12 --runs both     # overrides for every run
 """
 
 from __future__ import annotations
