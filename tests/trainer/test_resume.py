@@ -11,7 +11,7 @@ from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.envs.vector import make_vector_env
 from amago_app.envs.builtin.tmaze import TMazePassive
 from amago_app.logging.metrics import read_jsonl
-from amago_app.rundir import Checkpoints
+from amago_app.rundir import Checkpoints, read_checkpoint
 from amago_app.trainer.run import train
 from conftest import compose_config
 
@@ -39,7 +39,7 @@ def _offline_cfg(tmp_path, epochs, extra=()):
 
 
 def _state(run_dir, epoch):
-    return torch.load(Checkpoints(run_dir).state_dir(epoch) / "main.pt", weights_only=False)
+    return read_checkpoint(Checkpoints(run_dir).state_dir(epoch) / "main.pt")
 
 
 def test_resume_is_exact(tmp_path):
@@ -74,12 +74,12 @@ def test_online_resume_restores_counters_and_exploration(tmp_path):
     run = tmp_path / "run"
     train(compose_config(["trainer.epochs=2", "trainer.ckpt_interval=1"]), run)
     saved = _state(run, 1)
-    rank0 = torch.load(Checkpoints(run).state_dir(1) / "rank0.pt", weights_only=False)
+    rank0 = read_checkpoint(Checkpoints(run).state_dir(1) / "rank0.pt")
     assert saved["counters"]["total_frames"] == 2 * 2 * 8
     assert rank0["exploration"]["g"] == 16
     result = train(compose_config([f"resume={run}"]), tmp_path / "x", overrides=[f"resume={run}", "trainer.epochs=3"])
     assert result["epochs"] == 3 and result["total_frames"] == 3 * 2 * 8
-    later = torch.load(Checkpoints(run).state_dir(2) / "rank0.pt", weights_only=False)
+    later = read_checkpoint(Checkpoints(run).state_dir(2) / "rank0.pt")
     assert later["exploration"]["g"] == 24  # the schedule continued, it did not restart high
 
 

@@ -12,6 +12,7 @@ import os
 import sys
 from contextlib import contextmanager
 
+from hydra.errors import CompactHydraException
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
 
 from amago_app.rundir import RunDirError
@@ -23,7 +24,7 @@ class UserError(Exception):
     """A refused action with a one-line explanation (the message says what to do instead)."""
 
 
-USER_ERRORS = (UserError, RunDirError, FloatingPointError, ValueError, FileNotFoundError, NotADirectoryError, ImportError, ConfigKeyError,
+USER_ERRORS = (UserError, RunDirError, CompactHydraException, FloatingPointError, ValueError, FileNotFoundError, NotADirectoryError, ImportError, ConfigKeyError,
                MissingMandatoryValue, ValidationError)
 
 
@@ -41,11 +42,36 @@ def user_message(exc: BaseException) -> str | None:
         e = e.__cause__ or e.__context__
     if found is None:
         return None
-    lines = [ln.strip() for ln in str(found).splitlines() if ln.strip() and not ln.strip().startswith("full_key:")]
-    message = lines[0] if lines else type(found).__name__
+    message = _one_line(str(found)) or type(found).__name__
+    cause = found.__cause__
+    if isinstance(found, CompactHydraException) and cause is not None and _one_line(str(cause)):
+        message += "; " + _one_line(str(cause))  # Hydra's text says where, its cause says what
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
     return message
+
+
+_DETAIL = ("full_key:", "reference_type=", "object_type=", "provider=")
+
+
+def _one_line(text: str) -> str:
+    """Hydra/OmegaConf messages span several lines (the problem, a hint, the key, the valid options): keep the
+    problem, the hint and the options on one line, drop the bookkeeping."""
+    parts, options = [], []
+    for raw in text.split("Config search path:")[0].splitlines():
+        line = raw.strip()
+        if not line or line.startswith(_DETAIL):
+            continue
+        if raw.startswith("\t") and parts and parts[-1].endswith(":"):  # the option list after "Available options"
+            options.append(line)
+            continue
+        if options:
+            parts[-1] += " " + ", ".join(options)
+            options = []
+        parts.append(line)
+    if options:
+        parts[-1] += " " + ", ".join(options)
+    return "; ".join(p.rstrip(".") for p in parts)
 
 
 @contextmanager

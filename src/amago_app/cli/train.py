@@ -90,10 +90,22 @@ def _exit_with_launcher() -> None:
         os._exit(1)
 
 
+def _check_composition(args: list[str]) -> None:
+    """Compose once up front so that a bad override or group option fails with one line (Hydra's own report
+    spans several). Runs with Hydra flags (-m, --cfg, --help, ...) are left to Hydra."""
+    if any(a.startswith("-") for a in args):
+        return
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        compose("config", overrides=[a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))])
+
+
 def main() -> None:
     _exit_with_launcher()
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
+        _check_composition(sys.argv[1:])
     _main()
 
 

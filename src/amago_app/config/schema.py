@@ -474,7 +474,18 @@ class TrainerConfig:
     mode: str = "both"
     """both (collect and learn) | collect (actors only: reload the learner's latest weights each epoch, never
     trim) | learn (updates only: no env steps, owns FIFO trimming). Run one learner and any number of collectors
-    on the same buffer.root/buffer.name."""
+    on the same buffer.root/buffer.name. | async: one command starts `collectors` collector processes and the
+    learner on this run's buffer, held to `utd_ratio`."""
+    collectors: int = 2
+    """mode=async: collector processes, each with env.parallel_actors actors of its own."""
+    collector_threads: int = 1
+    """mode=async: torch threads per collector (the learner uses trainer.threads)."""
+    utd_ratio: Optional[float] = None
+    """mode=async: gradient steps per env step of all collectors; the learner waits rather than exceed it.
+    null = the ratio of mode=both: train_batches_per_epoch / (train_timesteps_per_epoch x env.parallel_actors)."""
+    utd_slack: Optional[int] = None
+    """mode=async: collectors pause while their data is more than this many gradient steps ahead of the
+    learner (at utd_ratio); null = train_batches_per_epoch."""
     policy_from: Optional[str] = None
     """mode=collect: the learner's run directory whose ckpts/latest/policy.pt is reloaded (null = this run's)."""
     start_learning_at_epoch: int = 0

@@ -57,22 +57,27 @@ def _all_finite(state: dict) -> bool:
 class Trainer:
     """One run: the parts built by `trainer/build.py`, the counters, and the epoch loop over them."""
 
-    def __init__(self, cfg: DictConfig, run_dir: str | Path):
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, actor_rank: int | None = None):
+        """`actor_rank` seeds and names this process's actors, RNG and buffer files: the DDP rank by default;
+        the collector processes of trainer.mode=async use 1 + their index (the learner is 0)."""
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
         self.accelerator = acc = build_accelerator(cfg, run_dir)
         self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
+        self.actor_rank = self.rank if actor_rank is None else actor_rank
         self.run_dir = shared_run_dir(acc, run_dir)
-        set_seed(cfg.seed + self.rank)
+        set_seed(cfg.seed + self.actor_rank)
 
-        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.rank, self.run_dir)
+        self.train_rollout, self.val_rollout = build_rollouts(cfg, self.actor_rank, self.run_dir)
         self.train_envs, self.val_envs = self.train_rollout.envs, self.val_rollout.envs
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.dataset = build_buffer(cfg, self.run_dir)
         self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
-        self.loader = build_loader(cfg, self.dataset, self.rank, self.device)
+        self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
+        if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
+            set_seed(cfg.seed + self.actor_rank)
 
         # counters (all checkpointed)
         self.epoch = 0

@@ -1,4 +1,4 @@
-"""Separate collect and learn processes (`trainer.mode=collect|learn`).
+"""Separate collect and learn processes (`trainer.mode=collect|learn`), or both from one command (`async`).
 
 Processes that share `buffer.root` / `buffer.name` communicate only through files: collectors write rollouts
 into the buffer's FIFO and reload the learner's `ckpts/latest/policy.pt` every epoch; the learner samples the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-TRAINER_MODES = ("both", "collect", "learn")
+TRAINER_MODES = ("both", "collect", "learn", "async")
 NEVER = 10**12  # "infinitely late" epoch
 COLLECT_EPOCHS = 1_000_000  # a collector runs at least this many epochs (until stopped)
 
@@ -41,6 +41,15 @@ def effective_config(cfg: DictConfig) -> DictConfig:
             t.always_save_latest = False
             t.always_load_latest = True
             t.epochs = max(int(t.epochs), COLLECT_EPOCHS)
+        elif mode == "async":
+            # the learner of trainer/asynchronous.py: its collector processes step the envs; it validates,
+            # trims the buffer, learns at the configured update-to-data ratio and publishes weights every epoch
+            t.start_collecting_at_epoch = NEVER
+            t.train_timesteps_per_epoch = 0
+            t.always_save_latest = True
+            t.always_load_latest = False
+            if t.get("policy_from"):
+                raise ValueError("trainer.policy_from is only used with trainer.mode=collect")
         else:  # learn
             t.start_collecting_at_epoch = NEVER
             t.train_timesteps_per_epoch = 0

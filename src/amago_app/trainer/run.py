@@ -46,7 +46,12 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
         run_dir.mkdir(parents=True, exist_ok=True)
         if is_main and lock is None:
             lock = _take_run_dir(run_dir)
-        trainer = Trainer(cfg, run_dir)
+        if cfg.trainer.get("mode") == "async":  # collector processes + this process as the learner
+            from amago_app.trainer.asynchronous import AsyncLearner
+
+            trainer = AsyncLearner(cfg, run_dir)
+        else:
+            trainer = Trainer(cfg, run_dir)
         if state_dir is not None:
             trainer.load_checkpoint(state_dir)
         if trainer.is_main:
