@@ -32,7 +32,7 @@ def test_a_tiny_run_is_measured_and_reported(tmp_path):
     result = json.loads((out / "cartpole.json").read_text())
     seed = result["variants"]["memory"]["seeds"]["0"]
     assert seed["finished"] and seed["validations"] == 3 and seed["env_steps"] == 2 * 2 * 20  # 2 epochs x 2 actors
-    assert seed["updates"] is not None and seed["wall_s"] > 0
+    assert seed["updates"] is not None and seed["wall_s"] > 0 and seed["cpu_seconds"] > 0
     assert not seed["reached"] and seed["updates_to_threshold"] is None  # 475 is far away: reported, not dropped
     assert (out / "cartpole.png").stat().st_size > 1000
     table = (out / "results.md").read_text()

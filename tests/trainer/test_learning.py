@@ -1,5 +1,9 @@
 """Learning on tiny tasks (slow: minutes on 2 CPUs; CI runs them after the default suite).
 
+Reduced versions of amago-bench rows (`conf/experiment/bench/`), so a regression in the update math shows up
+as a failed test: the T-maze memory row, the MultiTaskAgent on a discrete task (two-hot critics, clipped
+one-hot policy) and continuous control (Pendulum-v1).
+
 The T-maze needs memory: the goal side is visible only at the first step. A Transformer agent must reach
 success; the same agent without memory (traj_encoder=ff) cannot beat a coin flip at the junction.
 """
@@ -14,7 +18,9 @@ from conftest import compose_config
 
 pytestmark = pytest.mark.slow
 
-TMAZE = ["env.horizon=10", "trainer.epochs=16", "trainer.val_interval=2", "trainer.ckpt_interval=null",
+PENDULUM_EPOCHS, PENDULUM_MIN_RETURN = 20, -600.0
+
+TMAZE = ["+experiment=bench/tmaze_h50", "env.horizon=10", "trainer.epochs=16", "trainer.val_interval=2",
          "logger.verbose=false", "trainer.log_interval=1000"]
 
 
@@ -46,3 +52,25 @@ def test_cartpole_learns(tmp_path):
     returns = [r["val/Average Total Return in CartPole-v1"] for r in rows if "val/Average Total Return in CartPole-v1" in r]
     # random play lasts ~10-20 steps; a learning agent passes 100 within these 15 short epochs (~2.5 min)
     assert returns[0] < 40 and max(returns) > 100, returns
+
+
+def test_multitask_agent_solves_tmaze(tmp_path):
+    """The MultiTaskAgent row, reduced: discrete actions through the clipped one-hot policy."""
+    overrides = ["+experiment=bench/multitask_discrete", "env.horizon=10", "trainer.epochs=16",
+                 "trainer.val_interval=2", "logger.verbose=false", "trainer.log_interval=1000"]
+    train(compose_config(overrides, tiny=False), tmp_path / "run")
+    success = _val_success(tmp_path / "run", "TMazePassive-H10")
+    assert success[0] < 0.5
+    assert max(success[-3:]) == 1.0 and min(success[-3:]) >= 0.75, success
+
+
+def test_pendulum_learns(tmp_path):
+    """The continuous row, reduced to PENDULUM_EPOCHS epochs: from about -1,300 (random swinging) to a policy
+    that swings up and balances in most episodes."""
+    # the first PENDULUM_EPOCHS epochs of the bench row exactly (its exploration schedule is that of 50 epochs)
+    overrides = ["+experiment=bench/pendulum", f"trainer.epochs={PENDULUM_EPOCHS}", "exploration.steps_anneal=2500",
+                 "logger.verbose=false", "trainer.log_interval=1000"]
+    train(compose_config(overrides, tiny=False), tmp_path / "run")
+    rows = read_jsonl(tmp_path / "run" / "metrics" / "val.jsonl")
+    returns = [r["val/Average Total Return in Pendulum-v1"] for r in rows]
+    assert returns[0] < -900 and max(returns[-2:]) > PENDULUM_MIN_RETURN, returns

@@ -118,8 +118,13 @@ def run_job(job: Job, log=print) -> dict:
     log(f"start  {job.task} {job.variant} seed {job.seed}")
     start = time.perf_counter()
     with open(job.run_dir / "bench.log", "w") as out:
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # wait4 gives this child's own CPU time: with other jobs sharing the cores, CPU seconds (not wall
+        # seconds) say how long the run takes on an idle core
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
     outcome = {"returncode": rc, "process_seconds": round(time.perf_counter() - start, 1),
+               "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
                "command": " ".join(["amago-train", *job.overrides, "trainer.threads=1"])}
     if rc == 0:  # a failed run is reported and run again next time
         done.write_text(json.dumps(outcome, indent=1))
@@ -166,9 +171,17 @@ def seed_result(run_dir: Path, task: Task) -> dict:
     reached = next((p for p in series if p["score"] >= task.threshold), None)
     last = series[-1] if series else None
     done = run_dir / "bench_done.json"
+    outcome = json.loads(done.read_text()) if done.is_file() else {}
+    cpu = outcome.get("cpu_seconds")
+    sampled = run_dir / "cpu_seconds.sampled"  # runs started before wait4 was used: sampled from /proc
+    if cpu is None and sampled.is_file():
+        cpu = float(sampled.read_text().split()[-1])
     return {
         "run_dir": str(run_dir),
         "finished": done.is_file(),
+        "cpu_seconds": cpu,
+        "cpu_seconds_to_threshold": (cpu * reached["wall_time"] / last["wall_time"]
+                                     if cpu and reached and last and last["wall_time"] else None),
         "validations": len(series),
         "reached": reached is not None,
         "wall_to_threshold_s": reached["wall_time"] if reached else None,
@@ -202,10 +215,13 @@ def task_result(name: str, out: Path, seeds: list[int]) -> dict:
     variants = {}
     for variant in ("memory", "ff") if task.baseline else ("memory",):
         per_seed = {s: seed_result(out / "runs" / name / variant / f"seed{s}", task) for s in seeds}
-        ran = [r for r in per_seed.values() if r["validations"]]
+        ran = [r for r in per_seed.values() if r["validations"] and r["finished"]]
+        unfinished = [r for r in per_seed.values() if r["validations"] and not r["finished"]]
         variants[variant] = {
             "seeds": {str(s): r for s, r in per_seed.items()},
             "seeds_run": len(ran),
+            "seeds_unfinished": len(unfinished),
+            "unfinished_reached": sum(r["reached"] for r in unfinished),
             "seeds_reached": sum(r["reached"] for r in ran),
             "median_wall_to_threshold_s": _median([r["wall_to_threshold_s"] for r in ran]),
             "median_updates_to_threshold": _median([r["updates_to_threshold"] for r in ran]),
@@ -214,6 +230,8 @@ def task_result(name: str, out: Path, seeds: list[int]) -> dict:
             "mean_final": _mean([r["final"] for r in ran]),
             "mean_wall_s": _mean([r["wall_s"] for r in ran]),
             "mean_updates_per_s": _mean([r["updates_per_s"] for r in ran]),
+            "median_cpu_seconds_to_threshold": _median([r["cpu_seconds_to_threshold"] for r in ran]),
+            "mean_cpu_seconds": _mean([r["cpu_seconds"] for r in ran]),
         }
     return {"task": name, **asdict(task), "variants": variants}
 
@@ -232,8 +250,10 @@ def markdown_table(results: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         m = r["variants"]["memory"]
+        partial = (f" (+{m['seeds_unfinished']} stopped early, {m['unfinished_reached']} of them reached)"
+                   if m["seeds_unfinished"] else "")
         if not m["seeds_run"]:
-            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | |")
+            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run{partial} | | | | | |")
             continue
         ff = r["variants"].get("ff")
         base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
@@ -241,7 +261,7 @@ def markdown_table(results: list[dict]) -> str:
                                        f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
         wall = m["median_wall_to_threshold_s"]
         lines.append(
-            f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']} | "
+            f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']}{partial} | "
             f"{'-' if wall is None else f'{wall:.0f} s'} | {_fmt(m['median_updates_to_threshold'])} / "
             f"{_fmt(m['median_env_steps_to_threshold'])} | {_fmt(m['mean_best'])} / {_fmt(m['mean_final'])} | "
             f"{_fmt(m['mean_updates_per_s'])} | {base} |")
