@@ -265,6 +265,8 @@ def check(cmd: Command, ws) -> str:
         return "compose-only"
     if tool == "python" and args[1].startswith("scripts/"):
         overrides = [a for a in args[2:] if "=" in a and not a.startswith("-")]
+        assert "argparse" in (ROOT / args[1]).read_text(), \
+            f"{args[1]} has no argparse --help: give it one (or a rule here) so the docs test need not run it"
         key = ("script", tuple(args))
         if key not in _DONE:
             r = subprocess.run([sys.executable, str(ROOT / args[1]), *args[2:], "--help"], capture_output=True,
@@ -360,3 +362,13 @@ def test_benchmark_scripts_run_as_shown(script):
     r = subprocess.run([sys.executable, *shlex.split(script)[1:]], cwd=ROOT, capture_output=True, text=True,
                        timeout=3600)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_images_and_local_links_exist():
+    """Screenshots and links between the docs point at files of the repository."""
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            assert (doc.parent / target).exists(), f"{doc.name}: {target} does not exist"
+    assert (ROOT / "docs" / "img" / "tmaze_success.png").stat().st_size < 200_000  # small enough for a README

@@ -6,7 +6,7 @@ import sys
 
 from rich.console import Console
 
-from amago_app.cli.errors import report_user_errors
+from amago_app.cli.errors import one_line_warnings, report_user_errors
 
 USAGE = """usage: amago-eval <run dir | policy .pt | training-state dir> [options] [config overrides]
 
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     from amago_app.trainer.evaluate import evaluate  # heavy imports after argument checks
 
+    one_line_warnings("amago-eval")
     with report_user_errors("amago-eval"):
         evaluate(argv[0], argv[1:], console=console)
     return 0

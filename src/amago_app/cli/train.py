@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from amago_app.cli.errors import report_user_errors
+from amago_app.cli.errors import one_line_warnings, report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
@@ -110,6 +110,7 @@ def main() -> None:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     _exit_with_launcher()
+    one_line_warnings("amago-train")
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
         _check_composition(sys.argv[1:])
