@@ -1,12 +1,13 @@
 """trainer.mode=both vs async on the default run (passive T-maze H=30, Transformer): throughput and time to solve.
 
-Each configuration is one real `amago-train` run (a subprocess) into OUT/<name>/; a finished run is reused.
+Each configuration is one real `amago-train` run (a subprocess) into OUT/<name>-seed<seed>/.
 From its metrics: env steps/s and gradient updates/s over the whole run (total frames / wall time, gradient
 steps / wall time: what overlapping acting and learning buys), the wall time of the first validation with
 success 1.0, and the final validation return. Prints one JSON line per run and a markdown table.
 
     python scripts/bench_modes.py --out bench-modes                        # both vs async (1 collector)
     python scripts/bench_modes.py --out bench-modes --runs both async-2    # pick runs (names below)
+    python scripts/bench_modes.py --out bench-modes trainer.epochs=12 --runs both     # overrides for every run
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SUCCESS = "val/Average Success in TMazePassive-H30"
 RUNS = {
     # the default command; torch uses both cores for the update
     "both": ["trainer.threads=2"],
+    "both-1thread": ["trainer.threads=1"],
     # one collector (1 thread) stepping 8 envs while the learner (1 thread) updates
     "async": ["trainer.mode=async", "trainer.collectors=1", "trainer.collector_threads=1", "trainer.threads=1"],
     "async-2": ["trainer.mode=async", "trainer.collectors=2", "trainer.collector_threads=1", "trainer.threads=1"],
@@ -31,11 +33,10 @@ RUNS = {
 
 def run(out: Path, name: str, seed: int, extra: list[str]) -> Path:
     run_dir = out / f"{name}-seed{seed}"
-    if not (run_dir / "metrics" / "val.jsonl").is_file() or not (run_dir / "ckpts" / "latest").exists():
-        cmd = [sys.executable, "-m", "amago_app.cli.train", *RUNS[name], f"seed={seed}", f"hydra.run.dir={run_dir}",
-               "logger.verbose=false", *extra]
-        print("+", " ".join(cmd[2:]), file=sys.stderr)
-        subprocess.run(cmd, check=True)
+    cmd = [sys.executable, "-m", "amago_app.cli.train", *RUNS[name], f"seed={seed}", f"hydra.run.dir={run_dir}",
+           "logger.verbose=false", *extra]
+    print("+", " ".join(cmd[2:]), file=sys.stderr)
+    subprocess.run(cmd, check=True)
     return run_dir
 
 

@@ -8,6 +8,9 @@ Everything is written so that a crash never leaves a half-written file where a r
     {run_dir}/ckpts/training_states/epoch_{e}/rank{r}.pt    per-process state: RNGs, exploration, recorder
     {run_dir}/ckpts/policy_weights/policy_epoch_{e}.pt      agent state_dict
     {run_dir}/ckpts/latest/policy.pt                        newest agent state_dict
+    {run_dir}/ckpts/best/policy.pt                          agent state_dict with the best validation return
+    {run_dir}/ckpts/best/best.json                          its epoch, validation return and counters
+    {run_dir}/overrides_history.yaml                        every start and resume: command and overrides
     {run_dir}/eval/eval_{time}.json                         amago-eval summaries
 
 Files go to hidden `.tmp-*` names first and are renamed into place; a training state is a directory that is
@@ -26,6 +29,7 @@ lock when the holder dies, so a killed run's directory is taken over without man
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import random
 import re
@@ -42,6 +46,7 @@ import torch
 
 CONFIG_FILE = "config.yaml"
 RESOLVED_CONFIG_FILE = "config.resolved.yaml"
+HISTORY_FILE = "overrides_history.yaml"
 EVAL_DIR = "eval"
 EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
 LOCK_FILE = ".lock"
@@ -181,6 +186,8 @@ class Checkpoints:
         self.states = self.root / "training_states"
         self.weights = self.root / "policy_weights"
         self.latest = self.root / "latest" / "policy.pt"
+        self.best = self.root / "best" / "policy.pt"
+        self.best_info = self.root / "best" / "best.json"
 
     def make_dirs(self) -> None:
         for d in (self.states, self.weights, self.latest.parent):
@@ -283,7 +290,19 @@ class Checkpoints:
                 self.write_weights(epoch, weights, keep_epoch_copy=True)
         barrier()
 
+    def write_best(self, agent_state: dict, info: dict) -> None:
+        """Weights first, then the record that names them: a reader never sees a record newer than the weights."""
+        atomic_torch_save(agent_state, self.best)
+        text = json.dumps(info, indent=2).encode()
+        atomic_write_bytes(self.best_info, lambda f: f.write(text))
+
     # --- reading ------------------------------------------------------------------------------------
+    def read_best(self) -> dict | None:
+        try:
+            return json.loads(self.best_info.read_text())
+        except (OSError, ValueError):
+            return None
+
     def saved_epochs(self) -> list[int]:
         if not self.states.exists():
             return []

@@ -60,7 +60,7 @@ def metric_names(metrics) -> set[str]:
 
 # --- missing packages ------------------------------------------------------------------------------------------
 MISSING = [  # env option, modules to hide, the words the one-line message must contain
-    ("popgym", ["popgym"], ["POPGym", "amago_app[popgym]"]),
+    ("popgym", ["popgym"], ["POPGym", "amago_app[popgym]", "from a clone: EXTRAS=popgym bash scripts/setup.sh"]),
     ("popgym_multidomain", ["popgym"], ["POPGym", "amago_app[popgym]"]),
     ("gymnax", ["gymnax"], ["Gymnax", "amago_app[jax]"]),
     ("gymnax", ["jax"], ["Gymnax", "jax package", "amago_app[jax]"]),

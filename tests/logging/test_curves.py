@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from amago_app.logging.curves import (
-    CurveError, aggregate, default_metrics, find_runs, group_runs, plot_curves, plot_metric, t95,
+    CurveError, aggregate, default_metrics, find_runs, group_runs, plot_curves, plot_metric, smooth, t95,
 )
 from amago_app.logging.metrics import MetricsLogger, read_jsonl
 from conftest import TINY
@@ -102,6 +102,7 @@ def test_amago_plot_command(sweep):
     (["{sweep}", "--metric", "bogus/Loss"], "no metrics in section 'bogus' (sections: dataset, train"),
     (["{sweep}", "--x", "steps"], "argument --x: invalid choice: 'steps'"),
     (["{sweep}", "--format", "jpg"], "--format 'jpg': choose from png, svg, pdf"),
+    (["{sweep}", "--smooth", "0"], "--smooth 0: must be >= 1"),
 ])
 def test_bad_input_is_one_line(sweep, args, message):
     cwd, sweep_dir = sweep
@@ -159,3 +160,17 @@ def test_aggregate_on_different_grids_and_confidence_interval():
     np.testing.assert_allclose([curve.low[0], curve.high[0]], [7 / 3 - half, 7 / 3 + half])
     with pytest.raises(CurveError, match="band='iqr' is not one of"):
         aggregate([a], band="iqr")
+
+
+def test_smoothing_is_a_trailing_mean_per_seed(sweep):
+    np.testing.assert_allclose(smooth(np.array([0.0, 1.0, 2.0, 6.0]), 2), [0.0, 0.5, 1.5, 4.0])
+    np.testing.assert_allclose(smooth(np.array([3.0, 1.0]), 1), [3.0, 1.0])
+    _, sweep_dir = sweep
+    runs = find_runs([sweep_dir])
+    spec = [s for s in default_metrics(runs) if s.title.startswith("Validation return")][0]
+    fig = plot_metric(group_runs(runs), spec, smoothing=3)
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == f"tmaze-H3|Average Total Return in {ENV}"]
+    raw = [np.array([r["val/Average Total Return in " + ENV] for r in read_jsonl(run.path / "metrics" / "val.jsonl")])
+           for run in runs]
+    np.testing.assert_allclose(line.get_ydata(), np.mean([smooth(y, 3) for y in raw], axis=0))
+    assert "smoothed over 3 points" in fig.axes[0].get_title()

@@ -101,6 +101,35 @@ def test_collectors_die_with_a_killed_learner(tmp_path):
             pass
 
 
+@linux_only
+def test_ctrl_c_saves_the_learner_and_stops_the_collectors(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    learner = subprocess.Popen(
+        [sys.executable, "-m", "amago_app.cli.train", *TINY, "trainer.mode=async", "trainer.collectors=1",
+         "trainer.threads=1", "trainer.epochs=100000", f"hydra.run.dir={run}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (run / "metrics" / "train-update.jsonl").is_file():
+            assert learner.poll() is None and time.monotonic() < deadline, "the async run did not start learning"
+            time.sleep(0.5)
+        collectors = _collectors(learner.pid)
+        os.killpg(learner.pid, signal.SIGINT)  # what a terminal does: the whole process group
+        out, _ = learner.communicate(timeout=120)
+        assert learner.returncode == 130, out[-3000:]  # amago-train's exit status after a Ctrl-C
+        # one training state, the learner's (collectors save none)
+        assert out.count("continue with") == 1 and list((run / "ckpts" / "training_states").glob("epoch_*"))
+        assert collectors and not any(_alive(p) for p in collectors)
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+        try:
+            os.killpg(learner.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_async_settings_are_checked():
     from amago_app.trainer.asynchronous import utd_settings
 

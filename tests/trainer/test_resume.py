@@ -11,6 +11,7 @@ from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.envs.vector import make_vector_env
 from amago_app.envs.builtin.tmaze import TMazePassive
 from amago_app.logging.metrics import read_jsonl
+from amago_app.config.overrides import run_config
 from amago_app.rundir import Checkpoints, read_checkpoint
 from amago_app.trainer.run import train
 from conftest import compose_config
@@ -64,10 +65,12 @@ def test_resume_is_exact(tmp_path):
         assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert {k: v for k, v in a["counters"].items() if k != "elapsed"} == \
            {k: v for k, v in b["counters"].items() if k != "elapsed"}
-    # the resumed run kept writing the same metrics files and the saved config records the new epochs
+    # the resumed run kept writing the same metrics files; config.yaml stays the original, and the run's config
+    # (config.yaml + overrides_history.yaml) records the new epochs
     steps = [r["gradient_steps"] for r in read_jsonl(split / "metrics" / "train-update.jsonl")]
     assert steps == sorted(steps) and steps[-1] == 12
-    assert OmegaConf.load(split / "config.yaml").trainer.epochs == 4
+    assert OmegaConf.load(split / "config.yaml").trainer.epochs == 2
+    assert run_config(split).trainer.epochs == 4
 
 
 def test_online_resume_restores_counters_and_exploration(tmp_path):

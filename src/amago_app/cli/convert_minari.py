@@ -35,7 +35,8 @@ from amago_app.data.files import SAVE_FORMATS, save_trajectory
 from amago_app.data.timestep import Trajectory
 from amago_app.envs.spaces import ActionAdapter, ObsAdapter
 
-INSTALL_HINT = "Minari datasets need the minari package: pip install 'amago_app[offline]'"
+INSTALL_HINT = ("Minari datasets need the minari package: pip install 'amago_app[offline]' "
+                "(from a clone: EXTRAS=offline bash scripts/setup.sh)")
 
 
 def _minari():

@@ -74,6 +74,19 @@ def _one_line(text: str) -> str:
     return "; ".join(p.rstrip(".") for p in parts)
 
 
+def one_line_warnings(program: str) -> None:
+    """Print warnings as `program: warning: <message>` (Python's default adds the file and the source line)."""
+    import warnings
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{program}: warning: {message}", file=file or sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+
 @contextmanager
 def report_user_errors(program: str):
     """Turn user errors raised inside the block into `program: error: <one line>` and exit code 2."""

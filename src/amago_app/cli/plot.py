@@ -33,6 +33,8 @@ def parser() -> argparse.ArgumentParser:
                    help="band around the mean over seeds: ci = 95%% Student-t interval (default), std, minmax")
     p.add_argument("--seeds", action="store_true", help="also draw every seed as a thin line")
     p.add_argument("--threshold", type=float, default=None, help="a dashed horizontal line at this value")
+    p.add_argument("--smooth", type=int, default=1, metavar="N",
+                   help="trailing mean over the last N logged points of each seed, before averaging (default: 1 = none)")
     p.add_argument("--title", default=None, help="figure title (default: the metric)")
     p.add_argument("--format", default="png,svg", help="comma-separated file formats (default: png,svg)")
     return p
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # argparse prints one usage line + error and exits 2 on bad flags
     out = Path(args.out) if args.out else (Path(args.dirs[0]) / "plots" if len(args.dirs) == 1 else Path("plots"))
     formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    if args.smooth < 1:
+        print(f"amago-plot: --smooth {args.smooth}: must be >= 1 (1 = no smoothing)", file=sys.stderr)
+        return 2
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
     if bad or not formats:
         print(f"amago-plot: --format {args.format!r}: choose from png, svg, pdf", file=sys.stderr)
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         paths = plot_curves(args.dirs, out, metrics=args.metric, x=args.x, band=args.band, show_seeds=args.seeds,
-                            threshold=args.threshold, formats=formats, title=args.title)
+                            threshold=args.threshold, formats=formats, title=args.title, smoothing=args.smooth)
     except CurveError as e:
         print(f"amago-plot: {e}", file=sys.stderr)
         return 2

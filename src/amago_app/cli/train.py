@@ -17,10 +17,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from amago_app.cli.errors import report_user_errors
+from amago_app.cli.errors import one_line_warnings, report_user_errors
 from amago_app.config import config_dir, setup
 
 setup()
+_interrupted = False  # set when Ctrl-C stopped training (the state is saved); main() exits with 130
 
 OBJECTIVES = ("final", "best")
 
@@ -54,8 +55,10 @@ def _main(cfg: DictConfig) -> float:
             cfg.logger.group = group
         if cfg.logger.get("name") is None:
             cfg.logger.name = name
+    global _interrupted
     with report_user_errors("amago-train"):
         result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
+    _interrupted = _interrupted or bool(result.get("interrupted"))
     run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
     value = None
     if (run_dir / "metrics" / "val.jsonl").is_file():  # only the main process writes metrics
@@ -102,11 +105,18 @@ def _check_composition(args: list[str]) -> None:
 
 
 def main() -> None:
+    # `env.make._target_=my_env.make_env` run from my_env.py's folder: the console script does not put the
+    # working directory on the import path (python -m does)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     _exit_with_launcher()
+    one_line_warnings("amago-train")
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
         _check_composition(sys.argv[1:])
     _main()
+    if _interrupted:
+        sys.exit(130)  # Ctrl-C: the training state is saved; the shell sees an interrupted command
 
 
 if __name__ == "__main__":

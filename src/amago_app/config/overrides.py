@@ -6,14 +6,39 @@ Fresh runs get their overrides from Hydra's composition; a saved run is already 
 
 from __future__ import annotations
 
+import difflib
+import os
+import shlex
+import sys
+import time
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from amago_app.rundir import CONFIG_FILE, HISTORY_FILE, atomic_write_bytes
+
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
           "experiment", "hydra")
+
+
+def _check_key(cfg: DictConfig, key: str, line: str) -> None:
+    """A saved config has no schema to catch typos (`env.horizn=5`): refuse unknown keys, naming the closest."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    if OmegaConf.is_dict(node) and leaf in node:
+        return
+    if not OmegaConf.is_dict(node):
+        raise ValueError(f"{key} is not a key of the saved run's config ({parent} has no entries); "
+                         f"add a new key with +{line}")
+    keys = sorted(str(k) for k in node.keys())
+    prefix = f"{parent}." if parent else ""
+    close = difflib.get_close_matches(leaf, keys, n=3)
+    hint = f"did you mean {', '.join(prefix + c for c in close)}? " if close else ""
+    raise ValueError(f"{key} is not a key of the saved run's config; {hint}valid keys"
+                     f"{' under ' + parent if parent else ''}: {', '.join(keys)} (add a new key with +{line})")
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str],
@@ -39,18 +64,55 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str],
                 node.pop(leaf, None)
             continue
         value = o.value()
-        if not (o.is_add() or o.is_force_add()) and not _has_key(cfg, key):
-            raise ValueError(f"{key} is not a key of the saved run's config ({o.input_line!r} would be ignored); "
-                             f"check the spelling, or add a new key with +{o.input_line}")
+        if not (o.is_add() or o.is_force_add()):
+            _check_key(cfg, key, o.input_line)
         with open_dict(cfg):
             OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add() or o.is_force_add())
     return cfg
 
 
-def _has_key(cfg: DictConfig, key: str) -> bool:
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
-    return OmegaConf.is_dict(node) and leaf in node
+def run_config(run_dir: str | Path) -> DictConfig:
+    """The config a run uses now: its original `config.yaml` with the overrides of every resume applied in order
+    (`overrides_history.yaml`)."""
+    run_dir = Path(run_dir)
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    for entry in read_history(run_dir):
+        if entry.get("resumed_from"):
+            cfg = apply_overrides(cfg, entry.get("overrides") or [])
+    return cfg
+
+
+def read_history(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / HISTORY_FILE
+    if not path.is_file():
+        return []
+    return OmegaConf.to_container(OmegaConf.load(path)) or []
+
+
+def _command_line(argv: Sequence[str]) -> str:
+    """The command as it was typed: `amago-train ...`, or `python -m amago_app.cli.train ...`."""
+    argv = list(argv)
+    if argv and argv[0].endswith(os.path.join("amago_app", "cli", "train.py")):
+        argv[0:1] = [Path(sys.executable).name, "-m", "amago_app.cli.train"]
+    elif argv:
+        argv[0] = Path(argv[0]).name
+    return shlex.join(argv)
+
+
+def record_command(run_dir: Path, overrides: Sequence[str], resumed_from: Path | None,
+                   argv: Sequence[str] | None = None) -> None:
+    """Append this start (or resume) to `overrides_history.yaml`: when, from where, the command and overrides."""
+    entry = {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": _command_line(sys.argv if argv is None else argv),
+        "cwd": os.getcwd(),
+        "overrides": [o for o in overrides if not o.startswith("resume=")],
+    }
+    if resumed_from is not None:
+        entry["resumed_from"] = str(Path(resumed_from).resolve().relative_to(Path(run_dir).resolve()))
+    history = read_history(run_dir) + [entry]
+    text = OmegaConf.to_yaml(OmegaConf.create(history)).encode()
+    atomic_write_bytes(Path(run_dir) / HISTORY_FILE, lambda f: f.write(text))
 
 
 TRUSTED_TARGETS = ("amago_app.*",)

@@ -31,8 +31,14 @@ def resume_dir(resume, default):
     return str(run_dir_of_state(find_training_state(resume)))
 
 
+def resume_subdir(resume, stamp):
+    """hydra.output_subdir: `.hydra` for a new run; a resume keeps the original there and writes its own
+    Hydra files to `.hydra/resume_<time>`."""
+    return ".hydra" if resume in (None, "", "null") else f".hydra/resume_{stamp}"
+
+
 def register_resolvers() -> None:
-    for name, fn in {"resume_dir": resume_dir, "add": _add, "mul": _mul, "max": lambda *xs: max(xs), "min": lambda *xs: min(xs),
+    for name, fn in {"resume_dir": resume_dir, "resume_subdir": resume_subdir, "add": _add, "mul": _mul, "max": lambda *xs: max(xs), "min": lambda *xs: min(xs),
                      "int": lambda x: int(x), "anneal_steps": anneal_steps}.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

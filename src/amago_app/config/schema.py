@@ -465,7 +465,11 @@ class TrainerConfig:
     """Gradient updates per epoch."""
     val_interval: Optional[int] = 20
     """Evaluate every this many epochs (null/0 = never)."""
+    val_episodes: Optional[int] = 32
+    """Episodes per validation, over all actors and processes (each actor finishes an equal share; the count is
+    logged as `Episodes (All Processes)`). null = step every actor val_timesteps_per_epoch times instead."""
     val_timesteps_per_epoch: int = "${env.val_timesteps}"  # type: ignore[assignment]
+    """Steps per actor that cover one validation rollout (with val_episodes: the step budget per episode)."""
     ckpt_interval: Optional[int] = 50
     """Full training state every this many epochs (and at the end)."""
     always_save_latest: bool = True
@@ -515,8 +519,9 @@ class TrainerConfig:
     """torch.compile mode: default | reduce-overhead (adds CUDA graphs) | max-autotune."""
     cpu: bool = False
     """Train on CPU even if CUDA is available."""
-    threads: Optional[int] = None
-    """torch intra-op threads per process (null = torch default)."""
+    threads: Any = "auto"
+    """torch intra-op threads per process: auto (from the free cores and the processes sharing them, re-checked
+    every epoch) or a positive integer."""
 
 
 @dataclass

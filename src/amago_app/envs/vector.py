@@ -48,12 +48,12 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
         self.close(terminate=True)
 
 
-def _named(make: Callable[[], gym.Env], nan_to_num: bool = False) -> Callable[[], gym.Env]:
+def _named(make: Callable[[], gym.Env], nan_to_num: bool = False, fallback_name: str | None = None) -> Callable[[], gym.Env]:
     def thunk():
         env = make()
         if not isinstance(env, gym.Env):
             raise TypeError(f"env factory {make!r} returned {type(env).__name__}, expected a gymnasium.Env")
-        return ReportEnvName(env, nan_to_num=nan_to_num)
+        return ReportEnvName(env, nan_to_num=nan_to_num, fallback=fallback_name)
 
     return thunk
 
@@ -65,8 +65,10 @@ def make_vector_env(
     mp_context: str | None = None,
     step_timeout: float | None = 300.0,
     nan_to_num: bool = False,
+    env_name: str | None = None,
 ) -> AMAGOEnv:
-    """`num_actors` envs behind one `AMAGOEnv`."""
+    """`num_actors` envs behind one `AMAGOEnv`. `env_name` names metrics of envs that do not name themselves
+    (an `env_name` attribute) instead of their gymnasium id or class name."""
     if mode not in ENV_MODES:
         raise ValueError(f"env mode {mode!r} is not one of {ENV_MODES}")
     if num_actors < 1:
@@ -79,11 +81,11 @@ def make_vector_env(
             raise TypeError(f"already_vectorized mode needs a gymnasium VectorEnv, got {type(env).__name__}")
         if env.num_envs != num_actors:
             raise ValueError(f"the vectorized env has num_envs={env.num_envs} but parallel_actors={num_actors}")
-        return AMAGOEnv(env)
+        return AMAGOEnv(env, env_name=None if getattr(env, "env_name", None) else env_name)
     makers = list(make_env) if isinstance(make_env, (list, tuple)) else [make_env] * num_actors
     if len(makers) != num_actors:
         raise ValueError(f"got {len(makers)} env factories for parallel_actors={num_actors}")
-    fns = [_named(m, nan_to_num) for m in makers]
+    fns = [_named(m, nan_to_num, env_name) for m in makers]
     if mode == "sync":
         vec = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     else:

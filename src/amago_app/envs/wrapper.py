@@ -27,8 +27,12 @@ from amago_app.envs.spaces import ActionAdapter, ObsAdapter
 from amago_app.envs.state import chain_state, set_chain_state
 
 
-def default_env_name(env: gym.Env) -> str:
+def default_env_name(env: gym.Env, fallback: str | None = None) -> str:
+    """The env's own `env_name` (multi-task envs name the current task), else `fallback` (the config's
+    `env.name`), else its gymnasium id or class name."""
     name = getattr(env.unwrapped, "env_name", None)
+    if name is None:
+        name = fallback
     if name is None:
         name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     return str(name).replace("/", "_")
@@ -47,9 +51,11 @@ class ReportEnvName(gym.Wrapper):
     values instead (NaN -> 0, +-inf -> the largest finite value of the dtype).
     """
 
-    def __init__(self, env: gym.Env, env_name: str | None = None, nan_to_num: bool = False):
+    def __init__(self, env: gym.Env, env_name: str | None = None, nan_to_num: bool = False,
+                 fallback: str | None = None):
         super().__init__(env)
         self._fixed = env_name
+        self._fallback = fallback  # the config's env.name, for envs that do not name themselves
         self.nan_to_num = nan_to_num
         self._t = 0
         space = env.observation_space
@@ -69,7 +75,7 @@ class ReportEnvName(gym.Wrapper):
 
     @property
     def env_name(self) -> str:
-        return self._fixed if self._fixed is not None else default_env_name(self.env)
+        return self._fixed if self._fixed is not None else default_env_name(self.env, self._fallback)
 
     def _fail(self, what: str, remedy: str) -> None:
         raise ValueError(f"env {self.env_name!r} returned {what} at step {self._t} of its episode; {remedy}")
@@ -119,6 +125,8 @@ class EpisodeEnd:
     env_name: str
     total_return: float
     length: int
+    actor: int = -1
+    """Index of the env in the batch."""
 
 
 @dataclass
@@ -135,6 +143,8 @@ class EnvStep:
     episodes: list[EpisodeEnd] = field(default_factory=list)
     metrics: list[tuple[str, str, float]] = field(default_factory=list)
     """(env_name, metric name, value) from AMAGO_LOG_METRIC infos."""
+    metric_actors: list[int] = field(default_factory=list)
+    """Index of the env that reported each entry of `metrics`."""
 
 
 class AMAGOEnv:
@@ -183,7 +193,7 @@ class AMAGOEnv:
         return self.obs_adapter(batch)
 
     @staticmethod
-    def _collect_metrics(info: dict, which: np.ndarray, names: list[str], out: list) -> None:
+    def _collect_metrics(info: dict, which: np.ndarray, names: list[str], out: list, actors: list) -> None:
         for key, values in info.items():
             if not key.startswith(LOG_METRIC_PREFIX):
                 continue
@@ -192,6 +202,7 @@ class AMAGOEnv:
             for i in np.flatnonzero(mask):
                 for v in np.asarray(values[i], dtype=np.float64).reshape(-1):
                     out.append((names[i], metric, float(v)))
+                    actors.append(int(i))
 
     # --- API ----------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> Timestep:
@@ -216,20 +227,20 @@ class AMAGOEnv:
         step_names = list(self.env_names)
         result = EnvStep(step=None, next=None, terminated=terminated, truncated=truncated, done=done,
                          env_names=step_names)
-        self._collect_metrics(info, ~done, step_names, result.metrics)
+        self._collect_metrics(info, ~done, step_names, result.metrics, result.metric_actors)
         step_obs = obs
         if done.any():
             final_info = info.get("final_info", {})
             self._update_names(final_info, done)
             step_names[:] = self.env_names
-            self._collect_metrics(final_info, done, step_names, result.metrics)
+            self._collect_metrics(final_info, done, step_names, result.metrics, result.metric_actors)
             final_obs = info.get("final_obs")
             step_obs = {k: v.copy() for k, v in obs.items()}
             for i in np.flatnonzero(done):
                 if final_obs is not None and final_obs[i] is not None:
                     for k, v in self._single_obs(final_obs[i]).items():
                         step_obs[k][i] = v[0]
-                result.episodes.append(EpisodeEnd(step_names[i], float(self._returns[i]), int(self.time_idx[i])))
+                result.episodes.append(EpisodeEnd(step_names[i], float(self._returns[i]), int(self.time_idx[i]), int(i)))
         self._update_names(info)  # reset infos of done envs name the new rollouts
 
         result.step = Timestep(obs=step_obs, prev_action=stored, reward=reward, time_idx=self.time_idx.copy(),

@@ -298,6 +298,16 @@ class Curve:
         return len(self.seeds)
 
 
+def smooth(y: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last `window` logged points (fewer at the start); window <= 1 leaves y as is."""
+    if window <= 1 or len(y) == 0:
+        return y
+    c = np.cumsum(np.insert(y, 0, 0.0))
+    idx = np.arange(1, len(y) + 1)
+    lo = np.maximum(idx - window, 0)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
 def aggregate(seeds: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "ci") -> Curve | None:
     """Mean over seeds on a common grid. Seeds logged at the same x values are used as they are; otherwise each
     is linearly interpolated onto the union of x values inside the range every seed covers (wall time)."""
@@ -337,7 +347,7 @@ _BAND_NAMES = {"ci": "95% CI", "std": "±1 std", "minmax": "min-max", "none": ""
 
 def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: str = "total_frames",
                 band: str = "ci", show_seeds: bool = False, threshold: float | None = None,
-                title: str | None = None):
+                title: str | None = None, smoothing: int = 1):
     """One figure: for every (group, series) the mean over seeds with a band; `gid`s on the artists are
     `"<group>|<series>"` (mean line) and `"... seed <seed>"` (thin seed lines) so tests and scripts can find
     them. Returns the Figure, or None when no group has data for this metric."""
@@ -354,9 +364,14 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     palette = plt.get_cmap("viridis") if spec.ordered else plt.get_cmap("tab10")
     drawn = 0
     seeds_per_group = []
+    # a success rate stays a rate: its band is clipped to [0, 1] (a t-interval of few seeds can leave it)
+    rate = "success" in (spec.ylabel or spec.title).lower() and all(
+        0.0 <= y <= 1.0 for runs in groups.values() for r in runs for sec, m, _ in spec.series
+        for y in r.series(sec, m, x)[1])
     for gi, (label, runs) in enumerate(groups.items()):
         for si, (section, metric, suffix) in enumerate(spec.series):
-            curve = aggregate([r.series(section, metric, x) for r in runs], band)
+            seeds = [r.series(section, metric, x) for r in runs]
+            curve = aggregate([(sx, smooth(sy, smoothing)) for sx, sy in seeds], band)
             if curve is None:
                 continue
             if spec.ordered:
@@ -371,7 +386,8 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
                               marker="o" if len(curve.x) <= 3 else None, ms=3)
             line.set_gid(f"{label}|{metric}")
             if curve.n > 1 and band != "none":
-                poly = ax.fill_between(curve.x, curve.low, curve.high, color=color, alpha=0.2, lw=0)
+                low, high = (np.clip(curve.low, 0, 1), np.clip(curve.high, 0, 1)) if rate else (curve.low, curve.high)
+                poly = ax.fill_between(curve.x, low, high, color=color, alpha=0.2, lw=0)
                 poly.set_gid(f"{label}|{metric} band")
             if show_seeds:
                 for run, (sx, sy) in zip(runs, curve.seeds):
@@ -385,16 +401,19 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     if threshold is not None:
         ref = ax.axhline(threshold, color="0.3", ls="--", lw=1.0, label=f"threshold {threshold:g}")
         ref.set_gid("threshold")
-    ymin, ymax = ax.dataLim.y0, ax.dataLim.y1
-    if "success" in (spec.ylabel or spec.title).lower() and 0.0 <= ymin and ymax <= 1.0:
-        ax.set_ylim(-0.04, 1.04)  # a rate: the whole [0, 1] range, so a flat 0 or 1 reads as such
+    if rate:
+        ax.set_ylim(-0.04, 1.04)  # the whole [0, 1] range, so a flat 0 or 1 reads as such
     ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel(spec.ylabel or spec.series[0][1])
     band_note = f", mean and {_BAND_NAMES[band]} over seeds" if band != "none" and max(seeds_per_group) > 1 else ""
+    if smoothing > 1:
+        band_note += f", smoothed over {smoothing} points"
     ax.set_title((title or spec.title) + band_note, fontsize=10)
     ax.grid(alpha=0.3)
-    if x == "total_frames":
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    if x in ("total_frames", "gradient_steps"):
+        from matplotlib.ticker import EngFormatter
+
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 4k, 800k, 1.2M
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
@@ -413,7 +432,7 @@ def save_figure(fig, out_stem: Path, formats: Sequence[str] = ("png", "svg")) ->
 def plot_curves(paths: Sequence[str | Path], out: str | Path, metrics: Sequence[str] = (),
                 x: str = "total_frames", band: str = "ci", show_seeds: bool = False,
                 threshold: float | None = None, formats: Sequence[str] = ("png", "svg"),
-                title: str | None = None) -> list[Path]:
+                title: str | None = None, smoothing: int = 1) -> list[Path]:
     """Everything `amago-plot` does: find runs, group seeds, pick metrics, write one PNG + SVG per figure."""
     import matplotlib.pyplot as plt
 
@@ -422,7 +441,8 @@ def plot_curves(paths: Sequence[str | Path], out: str | Path, metrics: Sequence[
     specs = select_metrics(runs, metrics) if metrics else default_metrics(runs)
     written: list[Path] = []
     for spec in specs:
-        fig = plot_metric(groups, spec, x=x, band=band, show_seeds=show_seeds, threshold=threshold, title=title)
+        fig = plot_metric(groups, spec, x=x, band=band, show_seeds=show_seeds, threshold=threshold, title=title,
+                          smoothing=smoothing)
         if fig is None:
             continue
         written += save_figure(fig, Path(out) / spec.slug, formats)

@@ -131,10 +131,6 @@ class MetricsLogger:
                 self._wandb.define_metric(axis)
         self._wandb_sections: set[str] = set()
 
-    @property
-    def wandb_run(self):
-        return self._wandb
-
     def log(self, section: str, metrics: Mapping[str, Any], x_axes: Mapping[str, float]) -> dict[str, float]:
         if not self.enabled:
             return {}

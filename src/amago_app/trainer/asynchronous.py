@@ -11,7 +11,8 @@ Pacing, through three shared counters (env steps per collector, the learner's gr
 - a collector pauses while the data already collected is more than `utd_slack` gradient steps ahead of the
   learner, so collection runs at most about one learner epoch ahead of learning.
 
-Collectors never outlive the learner: they stop when it finishes or fails (stop flag, then terminate), and
+Collectors never outlive the learner: they stop when it finishes or fails (stop flag, then terminate; they
+ignore Ctrl-C, which the learner turns into a saved training state before it stops them), and
 if the learner is killed outright (SIGKILL) the kernel kills them too (PR_SET_PDEATHSIG on Linux; elsewhere
 a watchdog thread notices that their parent is gone within a second).
 """
@@ -101,6 +102,9 @@ class AsyncCollector(Trainer):
         self.index, self.pacing, self.ratio, self.slack = index, pacing, ratio, slack
         self.base_frames = 0  # set by the learner's counters through x_axes only
 
+    def _catch_sigint(self) -> None:
+        """Ctrl-C stays ignored here (see _collector_main): only the learner saves a training state."""
+
     def x_axes(self) -> dict[str, float]:
         # the run's counters, not this collector's own
         return {"total_frames": self.base_frames + self.pacing.collected(), "epoch": self.epoch,
@@ -154,6 +158,8 @@ def _die_with_parent(parent_pid: int) -> None:
 def _collector_main(cfg_container: dict, run_dir: str, index: int, pacing: Pacing, ratio: float, slack: float,
                     base_frames: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
+    # Ctrl-C reaches the whole process group: the learner handles it (saves, then stops its collectors)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from amago_app.config import setup
 
     setup()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin, broadcast_object_list, set_seed
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,10 +41,22 @@ def build(node: Any, **kwargs) -> Any:
 
 def env_factory(env_cfg: DictConfig, role: str):
     """The env factory of a role: `make` for training, `make_val` (or `make`) for validation and tests."""
-    node = env_cfg.make_val if role != "train" and env_cfg.get("make_val") is not None else env_cfg.make
+    key = "make_val" if role != "train" and env_cfg.get("make_val") is not None else "make"
+    node = env_cfg[key]
     if node is None or not OmegaConf.is_dict(node) or "_target_" not in node:
-        raise ValueError(f"env.make must be a factory config with a _target_, got {node!r}")
-    return build(node)
+        raise ValueError(f"env.{key} must be a factory config with a _target_, got {node!r}")
+    try:
+        return build(node)
+    except InstantiationException as e:
+        if "Error locating target" not in str(e):
+            raise
+        target = str(node._target_)
+        module = target.rpartition(".")[0] or target
+        raise ValueError(
+            f"env.{key}._target_={target} cannot be imported: no module {module!r} on the import path "
+            f"(the working directory {os.getcwd()} is on it). Run from the folder that holds "
+            f"{module.replace('.', '/')}.py, or add its folder to PYTHONPATH"
+        ) from None
 
 
 def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMAGOEnv:
@@ -55,6 +69,7 @@ def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMA
         mp_context=cfg.env.mp_context,
         step_timeout=cfg.env.step_timeout,
         nan_to_num=bool(cfg.env.get("nan_to_num", False)),
+        env_name=cfg.env.get("name"),
     )
 
 
@@ -136,7 +151,8 @@ def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
 
 # --- the trainer's parts ---------------------------------------------------------------------------------
 def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
-    """Checks the trainer options that `accelerate` consumes, sets the thread count, and builds the Accelerator."""
+    """Checks the trainer options that `accelerate` consumes and builds the Accelerator (the thread count is set
+    before, by `trainer/threads.py`)."""
     t = cfg.trainer
     if t.mixed_precision not in PRECISIONS:
         raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
@@ -146,8 +162,6 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
             raise ValueError(f"trainer.{key}={t.get(key)} must be >= {low}")
     if t.get("compile_mode") not in COMPILE_MODES:
         raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
-    if t.threads:
-        torch.set_num_threads(int(t.threads))
     dynamo = None
     if t.get("compile"):
         # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
@@ -156,8 +170,8 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
     log_with = None
     if cfg.logger.get("tensorboard"):
         if importlib.util.find_spec("tensorboard") is None:
-            raise ValueError("logger.tensorboard=true needs the tensorboard package: "
-                             "pip install 'amago_app[tensorboard]'")
+            raise ValueError("logger.tensorboard=true needs the tensorboard package: pip install "
+                             "'amago_app[tensorboard]' (from a clone: EXTRAS=tensorboard bash scripts/setup.sh)")
         log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
     return Accelerator(
         cpu=t.cpu or not torch.cuda.is_available(),

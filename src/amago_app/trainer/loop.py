@@ -7,6 +7,9 @@ is built by `trainer/build.py`; the checkpoint files are written and read by `am
 
 from __future__ import annotations
 
+import shlex
+import signal
+import threading
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -40,6 +43,8 @@ from amago_app.trainer.build import (
     shared_run_dir,
 )
 from amago_app.trainer.modes import effective_config, has_edit_rights
+from amago_app.trainer.rollout import balanced_quota
+from amago_app.trainer.threads import ThreadBudget
 
 
 def _fmt(x: float | None) -> str:
@@ -62,6 +67,7 @@ class Trainer:
         the collector processes of trainer.mode=async use 1 + their index (the learner is 0)."""
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
+        self.threads = ThreadBudget(t.get("threads", "auto"))  # before any torch work: sizes the thread pool
         self.accelerator = acc = build_accelerator(cfg, run_dir)
         self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
         self.actor_rank = self.rank if actor_rank is None else actor_rank
@@ -87,6 +93,9 @@ class Trainer:
         self.elapsed = 0.0  # training wall time before this process started (resume)
         self.nonfinite_skipped = 0  # updates skipped for a non-finite loss or gradient (all time)
         self.nonfinite_in_a_row = 0
+        self._stop_requested = False  # set by Ctrl-C (see learn)
+        self._previous_sigint = None
+        self._val_episodes = 0
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
@@ -122,9 +131,15 @@ class Trainer:
             f"actions {self.train_envs.action_space}\n"
             f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
-            f"{c.trainer.mixed_precision}, torch threads {torch.get_num_threads()}\n"
+            f"{c.trainer.mixed_precision}, torch threads {self.threads.describe()}\n"
             f"  buffer {self.dataset.get_description()}"
         )
+        self._print_thread_notes()
+
+    def _print_thread_notes(self) -> None:
+        for note in self.threads.pop_notes():
+            if self.console is not None and self.console.enabled:
+                self.console.print(f"[yellow]{note}[/]")
 
     # --- phases -------------------------------------------------------------------------------------
     def rollout_autocast(self):
@@ -141,8 +156,9 @@ class Trainer:
             stats = self.train_rollout.run(
                 self.agent, self.device, steps, sample=self.cfg.trainer.sample_actions_train,
                 autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
+                stop=self._interrupted,
             )
-        fps = steps * self.train_envs.num_envs / max(time.perf_counter() - start, 1e-9)
+        fps = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
         crash_point("collect")
         self.recorder.flush(self.dataset.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
@@ -155,29 +171,58 @@ class Trainer:
         if self.exploration is not None:
             train.update(self.exploration.stats())
         train["Env FPS (per process)"] = fps
+        train["Torch Threads"] = torch.get_num_threads()
         self.log("train", train)
         return fps
 
     def validate(self) -> float | None:
+        """One validation: `trainer.val_episodes` fresh episodes split evenly over every actor of every process
+        (or, with val_episodes=null, `val_timesteps_per_epoch` steps of every actor)."""
         t = self.cfg.trainer
         self.val_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
-        with self.console.phase("validate", t.val_timesteps_per_epoch * self.val_envs.num_envs, "env steps") as adv:
+        steps, quota = t.val_timesteps_per_epoch, None
+        if t.get("val_episodes") is not None:
+            quota = balanced_quota(t.val_episodes, self.val_envs.num_envs, self.rank, self.accelerator.num_processes)
+            # val_timesteps_per_epoch covers one rollout; the cap only guards against episodes that never end
+            steps = 2 * t.val_timesteps_per_epoch * max(1, int(quota.max()))
+        total, unit = ((int(quota.sum()), "episodes") if quota is not None
+                       else (steps * self.val_envs.num_envs, "env steps"))
+        with self.console.phase("validate", total, unit) as adv:
             stats = self.val_rollout.run(
-                self.agent, self.device, t.val_timesteps_per_epoch, sample=t.sample_actions_val,
-                autocast=self.rollout_autocast, on_step=lambda n: adv(n * self.val_envs.num_envs),
+                self.agent, self.device, steps, sample=t.sample_actions_val, episodes=quota,
+                autocast=self.rollout_autocast,
+                on_step=None if quota is not None else (lambda n: adv(n * self.val_envs.num_envs)),
+                on_episode=adv if quota is not None else None, stop=self._interrupted,
             )
         summary = stats.summary()
-        summary["Env FPS (per process)"] = (
-            t.val_timesteps_per_epoch * self.val_envs.num_envs / max(time.perf_counter() - start, 1e-9)
-        )
+        summary["Env FPS (per process)"] = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
+        self._val_episodes = int(self._sum_over_processes(stats.episodes))
         if self.accelerator.num_processes > 1:  # average every metric over the processes that report it
             gathered = gather_object([summary])
             keys = {k for s in gathered for k in s}
             summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
+        summary["Episodes (All Processes)"] = self._val_episodes
         self.log("val", summary)
         self.last_val_summary = summary
-        return summary.get("Average Total Return (Across All Env Names)")
+        value = summary.get("Average Total Return (Across All Env Names)")
+        if value is not None and self.is_main and np.isfinite(value) and self._healthy():
+            self._keep_best(value)
+        return value
+
+    def _sum_over_processes(self, value: float) -> float:
+        if self.accelerator.num_processes == 1:
+            return value
+        return float(sum(gather_object([value])))
+
+    def _keep_best(self, val_return: float) -> None:
+        """ckpts/best/policy.pt: the weights with the highest validation return so far (`checkpoint=best`)."""
+        best = self.ckpts.read_best()
+        if best is None or val_return > best["val_return"]:
+            self.ckpts.write_best(self._weights(), {
+                "epoch": self.epoch, "val_return": float(val_return), "val_episodes": self._val_episodes,
+                "total_frames": self.total_frames, "gradient_steps": self.gradient_steps,
+            })
 
     def store(self) -> None:
         """Buffer housekeeping once every process has written its rollouts (FIFO trimming by the main process),
@@ -266,8 +311,12 @@ class Trainer:
         t = self.cfg.trainer
         start = time.perf_counter()
         last = {}
+        done = 0
         with self.console.phase("train", t.train_batches_per_epoch, "updates") as advance:
             for batch in self.loader.epoch(self.epoch, t.train_batches_per_epoch):
+                if self._interrupted():
+                    break
+                done += 1
                 log_step = self.gradient_steps % t.log_interval == 0
                 metrics = self.train_step(batch, log_step)
                 crash_point("update")
@@ -275,7 +324,38 @@ class Trainer:
                     last = self.log("train-update", metrics)
                 advance(1)
         self._last_loss = last.get("Loss", getattr(self, "_last_loss", None))
-        return t.train_batches_per_epoch / max(time.perf_counter() - start, 1e-9)
+        return done / max(time.perf_counter() - start, 1e-9)
+
+    # --- Ctrl-C -------------------------------------------------------------------------------------
+    def _interrupted(self) -> bool:
+        return self._stop_requested
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._stop_requested:  # the second Ctrl-C: stop now, without saving
+            signal.signal(signal.SIGINT, self._previous_sigint or signal.default_int_handler)
+            raise KeyboardInterrupt
+        self._stop_requested = True
+        print("\nCtrl-C: stopping after this step and saving a training state (Ctrl-C again: quit without saving)",
+              flush=True)
+
+    def _catch_sigint(self) -> None:
+        """A first Ctrl-C ends the current phase early, saves a training state and returns normally.
+
+        Only in single-process runs started from the main thread: DDP ranks would have to agree on the step
+        at which they stop (their launcher forwards the signal at different times); they keep their periodic
+        checkpoints (trainer.ckpt_interval).
+        """
+        self._stop_requested = False
+        if self.accelerator.num_processes == 1 and threading.current_thread() is threading.main_thread():
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _release_sigint(self) -> None:
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
+
+    def resume_command(self) -> str:
+        return f"amago-train resume={shlex.quote(str(self.run_dir))}"
 
     # --- the loop -----------------------------------------------------------------------------------
     def learn(self) -> dict:
@@ -285,21 +365,30 @@ class Trainer:
         self.describe()
         self._last_val = None
         started = time.time() - self.elapsed
+        self._catch_sigint()
+        interrupted = False
         try:
-            while self.epoch < t.epochs:
-                self.run_epoch(started)
-            if t.val_timesteps_per_epoch > 0 and t.val_interval:
+            while self.epoch < t.epochs and not interrupted:
+                interrupted = self.run_epoch(started)
+            if interrupted:
+                print(f"interrupted: training state saved at epoch {self.epoch - 1} "
+                      f"({self.ckpts.state_dir(self.epoch - 1)}); continue with:\n  {self.resume_command()}",
+                      flush=True)
+            elif t.val_timesteps_per_epoch > 0 and t.val_interval:
                 self._last_val = self.validate()
                 success = "".join(f"  {k[4:]} [bold cyan]{v}[/]"
                                   for k, v in success_summary(self.last_val_summary).items())
                 self.console.print(f"final validation return [bold cyan]{_fmt(self._last_val)}[/]{success}")
         finally:
+            self._release_sigint()
             self.close()
         return {"val_return": self._last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
-                "total_frames": self.total_frames, "wall_time": self.elapsed}
+                "total_frames": self.total_frames, "wall_time": self.elapsed, "interrupted": interrupted,
+                "run_dir": str(self.run_dir)}
 
-    def run_epoch(self, started: float) -> None:
-        """One epoch: validate -> collect -> store -> update -> checkpoint (each phase only when it is due)."""
+    def run_epoch(self, started: float) -> bool:
+        """One epoch: validate -> collect -> store -> update -> checkpoint (each phase only when it is due).
+        Returns whether Ctrl-C cut it short (its state is then saved)."""
         t, acc, epoch = self.cfg.trainer, self.accelerator, self.epoch
         summary: dict[str, str] = {}
         if t.always_load_latest:
@@ -315,17 +404,23 @@ class Trainer:
         self.store()
         if t.get("mode") == "learn" and not self.dataset.ready_for_training:
             time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
-            return
+            return False
         if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
             summary["updates/s"] = f"{self.update():.1f}"
             summary["loss"] = _fmt(getattr(self, "_last_loss", None))
         acc.wait_for_everyone()
         self.epoch = epoch + 1
         self.elapsed = time.time() - started
-        self.checkpoint(epoch)
+        interrupted = self._interrupted()
+        self.checkpoint(epoch, force=interrupted)
+        self.threads.update()  # auto: follow what other processes used during this epoch
+        self._print_thread_notes()
+        if self._val_episodes and "val return" in summary:
+            summary["val episodes"] = str(self._val_episodes)
         summary["frames"] = f"{self.total_frames:,}"
         summary["time"] = f"{self.elapsed:,.0f}s"
         self.console.end_epoch(epoch, summary)
+        return interrupted
 
     def close(self) -> None:
         if self.console:
@@ -351,11 +446,12 @@ class Trainer:
                 "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed,
                 "nonfinite_skipped": self.nonfinite_skipped}
 
-    def checkpoint(self, epoch: int) -> None:
-        """Save the training state when it is due (every `ckpt_interval` epochs and after the last one)."""
+    def checkpoint(self, epoch: int, force: bool = False) -> None:
+        """Save the training state when it is due (every `ckpt_interval` epochs, after the last one, and when
+        Ctrl-C stopped the run: `force`)."""
         t = self.cfg.trainer
         last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
-        due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch
+        due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch or force
         if (due or t.always_save_latest) and not self._healthy():
             if self.is_main:
                 warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "

@@ -32,6 +32,8 @@ class RolloutStats:
         self.metrics: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.frames: Counter = Counter()
         self.episodes = 0
+        self.quota: int | None = None
+        """Episodes asked for (None: as many as finished within the step limit)."""
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -53,6 +55,21 @@ class RolloutStats:
         if not self.returns:
             return None
         return float(np.mean([np.mean(r) for r in self.returns.values()]))
+
+
+def balanced_quota(episodes: int, num_actors: int, rank: int = 0, num_processes: int = 1) -> np.ndarray:
+    """Episodes each of this process's actors must finish so that all processes together finish exactly
+    `episodes`, spread as evenly as possible over every actor of every process.
+
+    Counting only the first episodes to finish would favour short episodes (a policy that fails fast gets
+    more samples); a fixed quota per actor does not.
+    """
+    if episodes < 0:
+        raise ValueError(f"episodes must be >= 0, got {episodes}")
+    total_actors = num_actors * num_processes
+    base, extra = divmod(int(episodes), total_actors)
+    first = rank * num_actors
+    return np.array([base + int(first + i < extra) for i in range(num_actors)], dtype=np.int64)
 
 
 def timestep_tensors(ts: Timestep, device: torch.device):
@@ -90,12 +107,25 @@ class Rollout:
 
     @torch.no_grad()
     def run(self, agent: BaseAgent, device: torch.device, steps: int, sample: bool = True,
-            episodes: int | None = None, autocast: Callable[[], object] = nullcontext,
-            on_step: Callable[[int], None] | None = None, save_on_done_to: str | Path | None = None) -> RolloutStats:
-        """Step every env `steps` times (or until `episodes` rollouts finished)."""
+            episodes: int | np.ndarray | None = None, autocast: Callable[[], object] = nullcontext,
+            on_step: Callable[[int], None] | None = None, on_episode: Callable[[int], None] | None = None,
+            save_on_done_to: str | Path | None = None, stop: Callable[[], bool] | None = None) -> RolloutStats:
+        """Step every env up to `steps` times.
+
+        `episodes` (a total, split evenly over the actors by `balanced_quota`, or one quota per actor) stops
+        the run as soon as every actor finished its quota; episodes and metrics past an actor's quota are
+        not counted. `stop()` ends the run early (Ctrl-C).
+        """
         if not self._started:
             self.reset(agent, device)
         stats = RolloutStats()
+        quota = None
+        if episodes is not None:
+            quota = balanced_quota(episodes, self.num_envs) if np.ndim(episodes) == 0 else np.asarray(episodes)
+            if quota.shape != (self.num_envs,):
+                raise ValueError(f"episode quota {quota} does not have one entry per actor ({self.num_envs})")
+            stats.quota = int(quota.sum())
+        finished = np.zeros(self.num_envs, dtype=np.int64)
         was_training = agent.training
         agent.eval()
         try:
@@ -115,17 +145,25 @@ class Rollout:
                     self.exploration.on_done(out.done)
                 for name in out.env_names:
                     stats.frames[name] += 1
+                # metrics first: those reported when an episode ends belong to that episode
+                for (name, key, value), i in zip(out.metrics, out.metric_actors):
+                    if quota is None or finished[i] < quota[i]:
+                        stats.metrics[(name, key)].append(value)
                 for ep in out.episodes:
-                    stats.returns[ep.env_name].append(ep.total_return)
-                    stats.lengths[ep.env_name].append(ep.length)
-                    stats.episodes += 1
-                for name, key, value in out.metrics:
-                    stats.metrics[(name, key)].append(value)
+                    if quota is None or finished[ep.actor] < quota[ep.actor]:
+                        stats.returns[ep.env_name].append(ep.total_return)
+                        stats.lengths[ep.env_name].append(ep.length)
+                        stats.episodes += 1
+                        if on_episode is not None:
+                            on_episode(1)
+                    finished[ep.actor] += 1
                 if out.done.any():
                     self.hidden = agent.reset_hidden_state(self.hidden, torch.from_numpy(out.done).to(device))
                 if on_step is not None:
                     on_step(1)
-                if episodes is not None and stats.episodes >= episodes:
+                if quota is not None and (finished >= quota).all():
+                    break
+                if stop is not None and stop():
                     break
         finally:
             agent.train(was_training)

@@ -9,7 +9,7 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import setup
-from amago_app.config.overrides import apply_overrides, check_targets
+from amago_app.config.overrides import apply_overrides, check_targets, record_command, run_config
 from amago_app.rundir import CONFIG_FILE, Checkpoints, RunLock, find_training_state, run_dir_of_state
 from amago_app.trainer.loop import Trainer, save_config
 
@@ -22,8 +22,12 @@ def _take_run_dir(run_dir: Path) -> RunLock:
     return lock
 
 
-def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -> dict:
-    """Train a new run in `run_dir`, or continue `cfg.resume` with `overrides` applied to its saved config."""
+def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), argv: Sequence[str] | None = None) -> dict:
+    """Train a new run in `run_dir`, or continue `cfg.resume` with `overrides` applied to its saved config.
+
+    A resume keeps the run's `config.yaml` as it was; its overrides are appended to `overrides_history.yaml`,
+    from which `run_config` rebuilds the config in use.
+    """
     setup()  # resolvers used by saved configs
     run_dir = Path(run_dir)
     state_dir = None
@@ -37,7 +41,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
             state_dir = find_training_state(cfg.resume)  # again: clean-up may have restored a half-published state
             saved = OmegaConf.load(run_dir / CONFIG_FILE)
             check_targets(saved, cfg.get("allow_targets") or [], source=str(run_dir / CONFIG_FILE))
-            cfg = apply_overrides(saved, overrides)
+            cfg = apply_overrides(run_config(run_dir), overrides)
             with open_dict(cfg):
                 cfg.resume = str(state_dir)
         else:
@@ -55,7 +59,9 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = ()) -
         if state_dir is not None:
             trainer.load_checkpoint(state_dir)
         if trainer.is_main:
-            save_config(cfg, trainer.run_dir)
+            if state_dir is None:
+                save_config(cfg, trainer.run_dir)
+            record_command(trainer.run_dir, overrides, state_dir, argv)
         return trainer.learn()
     finally:
         if lock is not None:

@@ -53,6 +53,7 @@ import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
 # action index -> (dx, dy)
@@ -83,7 +84,7 @@ class MetaFrozenLake(SavesState, gym.Env):
     #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
     STATE = ("task_map", "current_map", "action_mapping", "pos", "current_k", "attempt_steps", "successes")
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 6}
 
     def __init__(
         self,
@@ -94,7 +95,9 @@ class MetaFrozenLake(SavesState, gym.Env):
         max_episode_steps: int | None = None,
         show_k_progress: bool = True,
         slip_chance: float = 0.0,
+        render_mode: str | None = None,
     ):
+        self.render_mode = check_render_mode(render_mode, "MetaFrozenLake")
         size, k_episodes = int(size), int(k_episodes)
         if size < 2:
             raise ValueError(f"size must be >= 2, got {size}")
@@ -164,6 +167,21 @@ class MetaFrozenLake(SavesState, gym.Env):
         self.pos = (0, 0)
         self.attempt_steps = 0
         return self._obs(attempt_start=True)
+
+    def render(self):
+        """rgb_array: the current lake (ice light blue, holes dark, start grey, goal green), the agent red; the
+        bar on top is the share of attempts used."""
+        if self.render_mode != "rgb_array":
+            return None
+        canvas = GridCanvas(self.size, self.size, fill="ice")
+        tiles = np.array(self.current_map)
+        canvas.cells(tiles == "H", "hole")
+        canvas.cells(tiles == "S", "start")
+        canvas.cells(tiles == "G", "goal")
+        x, y = self.pos
+        canvas.disc(y, x, "agent")
+        canvas.bar(self.current_k / self.k_episodes)
+        return canvas.frame()
 
     # --- gym API -------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

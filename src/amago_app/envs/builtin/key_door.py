@@ -38,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
 # action index -> (dx, dy)
@@ -53,7 +54,7 @@ class RoomKeyDoor(SavesState, gym.Env):
     STATE = ("start", "key", "goal", "action_mapping", "pos", "has_key", "attempt_time", "total_steps",
              "attempt_index", "pending_reset", "successes")
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(
         self,
@@ -65,7 +66,9 @@ class RoomKeyDoor(SavesState, gym.Env):
         key_location: Location = "random",
         goal_location: Location = "random",
         randomize_actions: bool = False,
+        render_mode: str | None = None,
     ):
+        self.render_mode = check_render_mode(render_mode, "RoomKeyDoor")
         size = int(size)
         if size < 2:
             raise ValueError(f"size must be >= 2, got {size}")
@@ -149,6 +152,22 @@ class RoomKeyDoor(SavesState, gym.Env):
         self.has_key = False
         self.attempt_time = 0
         self.pending_reset = False
+
+    def render(self):
+        """rgb_array: the room (rows = y), start grey, door brown, the key yellow until picked up, the agent red
+        (with a yellow ring while it holds the key); the bar on top is the time used in the meta-rollout."""
+        if self.render_mode != "rgb_array":
+            return None
+        canvas = GridCanvas(self.size, self.size)
+        canvas.cell(self.start[1], self.start[0], "start")
+        canvas.cell(self.goal[1], self.goal[0], "door")
+        if not self.has_key:
+            canvas.disc(self.key[1], self.key[0], "key", radius=0.25)
+        canvas.disc(self.pos[1], self.pos[0], "agent")
+        if self.has_key:
+            canvas.ring(self.pos[1], self.pos[0], "key")
+        canvas.bar(self.total_steps / self.meta_rollout_horizon)
+        return canvas.frame()
 
     # --- gym API -------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

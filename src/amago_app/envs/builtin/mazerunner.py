@@ -39,6 +39,7 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
 NOOP, WEST, NORTH, EAST, SOUTH = range(5)
@@ -93,7 +94,7 @@ class MazeRunner(SavesState, gym.Env):
     #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
     STATE = ("maze", "goals", "action_mapping", "pos", "n_completed", "t")
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(
         self,
@@ -101,7 +102,9 @@ class MazeRunner(SavesState, gym.Env):
         num_goals: int = 3,
         time_limit: int = 250,
         randomized_action_space: bool = False,
+        render_mode: str | None = None,
     ):
+        self.render_mode = check_render_mode(render_mode, "MazeRunner")
         maze_dim, num_goals, time_limit = int(maze_dim), int(num_goals), int(time_limit)
         if maze_dim < 5 or maze_dim % 2 == 0:
             raise ValueError(f"maze_dim must be odd and >= 5, got {maze_dim}")
@@ -159,6 +162,24 @@ class MazeRunner(SavesState, gym.Env):
             "goals": goals,
             "achieved": np.array([self.pos], dtype=np.int32),
         }
+
+    def render(self):
+        """rgb_array: walls dark, the active goal green, later goals light green with a green ring, completed
+        goals pale, the agent red; the bar on top is the time used."""
+        if self.render_mode != "rgb_array":
+            return None
+        canvas = GridCanvas(self.maze_dim, self.maze_dim)
+        canvas.cells(self.maze, "wall")
+        for i, (r, c) in enumerate(self.goals):
+            if i < self.n_completed:
+                canvas.cell(int(r), int(c), "done", margin=0.15)
+            elif i == self.n_completed:
+                canvas.cell(int(r), int(c), "goal")
+            else:
+                canvas.ring(int(r), int(c), "goal")
+        canvas.disc(self.pos[0], self.pos[1], "agent")
+        canvas.bar(self.t / self.time_limit)
+        return canvas.frame()
 
     # --- gym API -------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

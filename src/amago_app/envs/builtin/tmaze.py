@@ -48,6 +48,7 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
 RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
@@ -60,7 +61,7 @@ class _TMaze(SavesState, gym.Env):
     #: what changes while the env runs (saved with a checkpoint so that resume continues the same episodes)
     STATE = ("x", "y", "goal_y", "t", "goal_seen")
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
     _name = "TMaze"
 
     def __init__(
@@ -69,7 +70,9 @@ class _TMaze(SavesState, gym.Env):
         oracle_length: int,
         penalty: float | None = None,
         goal_reward: float = 1.0,
+        render_mode: str | None = None,
     ):
+        self.render_mode = check_render_mode(render_mode, type(self).__name__)
         corridor_length = int(corridor_length)
         if corridor_length < 1:
             raise ValueError(f"corridor_length must be >= 1, got {corridor_length}")
@@ -141,13 +144,30 @@ class _TMaze(SavesState, gym.Env):
         return obs, float(reward), done, done, info
 
 
+    def render(self):
+        """rgb_array: the corridor and both arms (walls dark), the goal arm green, the cell that shows the goal
+        side yellow, the agent red; the bar on top is the time used."""
+        if self.render_mode != "rgb_array":
+            return None
+        canvas = GridCanvas(3, self.junction_x + 1, fill="wall")
+        canvas.cells(np.array([[False] * self.junction_x + [True], [True] * (self.junction_x + 1),
+                               [False] * self.junction_x + [True]]), "floor")
+        canvas.cell(1, 0, "hint")
+        canvas.cell(1 - self.goal_y, self.junction_x, "goal")
+        canvas.disc(1 - self.y, self.x, "agent")
+        canvas.bar(self.t / self.episode_length)
+        return canvas.frame()
+
+
 class TMazePassive(_TMaze):
     """Passive T-maze: the goal side is shown at the start; H + 1 steps. See the module docstring."""
 
     _name = "TMazePassive"
 
-    def __init__(self, corridor_length: int, penalty: float | None = None, goal_reward: float = 1.0):
-        super().__init__(corridor_length, oracle_length=0, penalty=penalty, goal_reward=goal_reward)
+    def __init__(self, corridor_length: int, penalty: float | None = None, goal_reward: float = 1.0,
+                 render_mode: str | None = None):
+        super().__init__(corridor_length, oracle_length=0, penalty=penalty, goal_reward=goal_reward,
+                         render_mode=render_mode)
 
 
 class TMazeActive(_TMaze):
@@ -155,8 +175,10 @@ class TMazeActive(_TMaze):
 
     _name = "TMazeActive"
 
-    def __init__(self, corridor_length: int, penalty: float | None = None, goal_reward: float = 1.0):
-        super().__init__(corridor_length, oracle_length=1, penalty=penalty, goal_reward=goal_reward)
+    def __init__(self, corridor_length: int, penalty: float | None = None, goal_reward: float = 1.0,
+                 render_mode: str | None = None):
+        super().__init__(corridor_length, oracle_length=1, penalty=penalty, goal_reward=goal_reward,
+                         render_mode=render_mode)
 
 
 __all__ = ["TMazePassive", "TMazeActive", "RIGHT", "UP", "LEFT", "DOWN"]

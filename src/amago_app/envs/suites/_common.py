@@ -13,7 +13,8 @@ from gymnasium import spaces
 
 def missing_message(suite: str, package: str, extra: str | None, install: str | None = None) -> str:
     """The one-line hint for a missing suite package; `install` replaces the pip command (packages not on PyPI)."""
-    command = install or "pip install 'amago_app[" + str(extra) + "]'"
+    # amago_app is installed from a clone: the pip form for an installed package, the setup script for a clone
+    command = install or (f"pip install 'amago_app[{extra}]' (from a clone: EXTRAS={extra} bash scripts/setup.sh)")
     return f"{suite} envs need the {package} package: {command}"
 
 

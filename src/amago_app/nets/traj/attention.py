@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 ATTENTION_BACKENDS = ("sdpa", "vanilla", "flash", "flex", "auto")
 ATTN_MASKS = ("causal", "sliding_window", "sliding_sink")
-CUDA_EXTRA = "pip install amago_app[cuda]"
+CUDA_EXTRA = "pip install amago_app[cuda] (from a clone: EXTRAS=cuda bash scripts/setup.sh)"
 
 _LOGGED: set[str] = set()
 

@@ -41,7 +41,7 @@ BACKENDS = ("auto", "torch", "mamba_ssm")
 SCAN_CHUNK = 32
 """Timesteps whose states the scan materializes at once (memory ~ SCAN_CHUNK * B * d_inner * d_state floats)."""
 
-_INSTALL_HINT = "pip install amago_app[cuda]"
+_INSTALL_HINT = "pip install amago_app[cuda] (from a clone: EXTRAS=cuda bash scripts/setup.sh)"
 
 
 class MambaFallbackWarning(UserWarning):
