@@ -42,6 +42,19 @@ def test_a_tiny_run_is_measured_and_reported(tmp_path):
     assert again.returncode == 0 and "start" not in again.stdout
 
 
+def test_jobs_of_several_rows_keep_their_own_overrides(tmp_path):
+    from amago_app.cli.bench import jobs_for
+
+    jobs = jobs_for(["tmaze_h50", "cartpole", "memory_chain"], [0, 1], tmp_path, 1.0, ["trainer.batch_size=8"])
+    by_row = {(j.task, j.variant): j.overrides for j in jobs if j.seed == 0}
+    assert set(by_row) == {("tmaze_h50", "memory"), ("tmaze_h50", "ff"), ("cartpole", "memory"),
+                           ("memory_chain", "memory"), ("memory_chain", "ff")}
+    for (task, variant), overrides in by_row.items():
+        assert ("traj_encoder=ff" in overrides) == (variant == "ff"), (task, variant, overrides)
+        assert overrides[0] == f"+experiment=bench/{task}" and "trainer.batch_size=8" in overrides
+        assert f"trainer.epochs={TASKS[task].epochs}" in overrides and overrides[-1] == "seed=0"
+
+
 def test_bad_arguments_exit_with_one_line(capsys):
     assert main(["--tasks", "cartpole,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -99,10 +99,10 @@ def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra:
             common.append(f"trainer.val_interval={max(1, epochs // 4)}")
         common += list(extra)
         variants = [("memory", [])] + ([("ff", ["traj_encoder=ff"])] if task.baseline else [])
-        for variant, extra in variants:
+        for variant, variant_overrides in variants:
             for seed in seeds:
                 run_dir = out / "runs" / name / variant / f"seed{seed}"
-                jobs.append(Job(name, variant, seed, run_dir, common + extra + [f"seed={seed}"]))
+                jobs.append(Job(name, variant, seed, run_dir, common + variant_overrides + [f"seed={seed}"]))
     return jobs
 
 
