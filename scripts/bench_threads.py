@@ -1,7 +1,7 @@
 """Default `amago-train` next to one other busy process: torch's default threads vs `trainer.threads=auto`.
 
     python scripts/bench_threads.py                    # 4 epochs per setting, busy python loop alongside
-    python scripts/bench_threads.py --epochs 6 --settings 2 auto 1 --busy none
+    python scripts/bench_threads.py --epochs 6 --settings 2 auto 1 --busy none --override trainer.train_batches_per_epoch=40
 
 For each setting it starts the busy process (a pure-Python loop: one core), runs `amago-train` in a scratch
 directory, and reads the per-epoch `updates/s` and `env steps/s` from the console lines. Prints one JSON
@@ -40,9 +40,11 @@ def run(setting: str, epochs: int, busy: str, extra: list[str]) -> dict:
     updates = [float(m) for m in re.findall(r"updates/s\s+([\d.]+)", out)]
     steps = [float(m.replace(",", "")) for m in re.findall(r"env steps/s\s+([\d,]+)", out)]
     threads = re.search(r"torch threads (\d+)", out)
+    if not updates:
+        raise SystemExit(f"no epoch lines with updates/s in amago-train's output:\n{out[-2000:]}")
     return {"setting": setting, "busy": busy, "epochs": epochs, "threads_at_start": int(threads.group(1)) if threads else None,
             "updates_per_s": statistics.median(updates[1:] or updates),
-            "env_steps_per_s": statistics.median(steps[1:] or steps),
+            "env_steps_per_s": statistics.median(steps[1:] or steps) if steps else None,
             "updates_per_s_each_epoch": updates}
 
 
@@ -52,10 +54,11 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=[str(os.cpu_count() or 1), "auto"],
                     help="trainer.threads values; the default compares torch's default (one per core) with auto")
     ap.add_argument("--busy", choices=list(BUSY), default="loop")
-    ap.add_argument("overrides", nargs="*", help="extra amago-train overrides")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra amago-train override (repeatable)")
     args = ap.parse_args()
     for setting in args.settings:
-        print(json.dumps(run(setting, args.epochs, args.busy, args.overrides)), flush=True)
+        print(json.dumps(run(setting, args.epochs, args.busy, args.override)), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_missing_suite_package_is_one_line(tmp_path):
     (fake / "popgym" / "__init__.py").write_text("raise ImportError('No module named popgym')\n")
     r = train("env=popgym", cwd=tmp_path, extra_path=str(fake))
     assert r.returncode == 2, r.stderr[-3000:]
-    assert r.stderr.strip() == "amago-train: error: POPGym envs need the popgym package: pip install 'amago_app[popgym]'"
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("amago-train: error: POPGym envs need the popgym package: pip install 'amago_app[popgym]'")
 
 
 def test_full_error_shows_the_traceback(tmp_path):
