@@ -53,7 +53,7 @@ TASKS: dict[str, Task] = {
     "frozen_lake": Task("frozen_lake", "Average Episode 3 Success in *", 0.2, 30,
                         "Meta Frozen Lake 3x3, 3 attempts per lake: attempt 3 success minus attempt 1 success",
                         baseline=True, first_attempt_metric="Average Episode 1 Success in *"),
-    "key_door": Task("key_door", "Average Total Successes in *", 1.0, 40,
+    "key_door": Task("key_door", "Average Total Successes in *", 2.0, 40,
                      "Dark Key-Door 5x5, 100-step meta-rollout of 20-step attempts: successful attempts",
                      baseline=True),
     "mazerunner": Task("mazerunner", "Average Success in *", 0.5, 40,
@@ -215,10 +215,14 @@ def task_result(name: str, out: Path, seeds: list[int]) -> dict:
     variants = {}
     for variant in ("memory", "ff") if task.baseline else ("memory",):
         per_seed = {s: seed_result(out / "runs" / name / variant / f"seed{s}", task) for s in seeds}
-        ran = [r for r in per_seed.values() if r["validations"] and r["finished"]]
+        finished = [r for r in per_seed.values() if r["validations"] and r["finished"]]
         unfinished = [r for r in per_seed.values() if r["validations"] and not r["finished"]]
+        # figures over the finished seeds; where none finished, over the stopped ones (marked as such)
+        ran = finished or unfinished
         variants[variant] = {
             "seeds": {str(s): r for s, r in per_seed.items()},
+            "partial": not finished,
+            "stopped_at_epoch": max((r["curve"][-1]["epoch"] for r in unfinished), default=None),
             "seeds_run": len(ran),
             "seeds_unfinished": len(unfinished),
             "unfinished_reached": sum(r["reached"] for r in unfinished),
@@ -245,24 +249,29 @@ def _fmt(x, digits=3) -> str:
 
 
 def markdown_table(results: list[dict]) -> str:
-    lines = ["| row | threshold | seeds reached | wall to threshold (median) | updates / env steps to threshold "
-             "(median) | best / final (mean) | updates/s | memory-free baseline best / final |",
+    lines = ["| row | threshold | seeds reached | wall / CPU s to threshold (median) | updates / env steps to "
+             "threshold (median) | best / final (mean) | updates/s | memory-free baseline best / final |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         m = r["variants"]["memory"]
-        partial = (f" (+{m['seeds_unfinished']} stopped early, {m['unfinished_reached']} of them reached)"
-                   if m["seeds_unfinished"] else "")
+        if m["partial"] and m["seeds_run"]:
+            partial = f" (runs stopped at epoch {m['stopped_at_epoch']} of {r['epochs']})"
+        elif m["seeds_unfinished"]:
+            partial = f" (+{m['seeds_unfinished']} stopped early, {m['unfinished_reached']} of them reached)"
+        else:
+            partial = ""
         if not m["seeds_run"]:
-            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run{partial} | | | | | |")
+            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | |")
             continue
         ff = r["variants"].get("ff")
         base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
                                        f"{_fmt(ff['mean_best'])} / {_fmt(ff['mean_final'])} "
                                        f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
-        wall = m["median_wall_to_threshold_s"]
+        wall, cpu = m["median_wall_to_threshold_s"], m["median_cpu_seconds_to_threshold"]
         lines.append(
             f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']}{partial} | "
-            f"{'-' if wall is None else f'{wall:.0f} s'} | {_fmt(m['median_updates_to_threshold'])} / "
+            f"{'-' if wall is None else f'{wall:.0f} s'} / {'-' if cpu is None else f'{cpu:.0f} s'} | "
+            f"{_fmt(m['median_updates_to_threshold'])} / "
             f"{_fmt(m['median_env_steps_to_threshold'])} | {_fmt(m['mean_best'])} / {_fmt(m['mean_final'])} | "
             f"{_fmt(m['mean_updates_per_s'])} | {base} |")
     return "\n".join(lines) + "\n"
