@@ -79,13 +79,14 @@ def test_tmaze_corridor_recipe_uses_the_corridor_length_as_horizon():
 def test_default_schedule_follows_the_run_length_and_presets_keep_theirs():
     from conftest import compose_config
 
-    for option in ("egreedy", "bilevel", "corridor"):
+    for option in ("egreedy", "bilevel"):
         cfg = compose_config([f"exploration={option}", "trainer.epochs=12", "trainer.train_timesteps_per_epoch=250"],
                              tiny=False)
         assert cfg.exploration.steps_anneal == 12 * 250 // 2, option
-    cfg = compose_config(["trainer.epochs=12", "exploration.steps_anneal=777"], tiny=False)
+    cfg = compose_config(["env=gym", "trainer.epochs=12", "exploration.steps_anneal=777"], tiny=False)
     assert cfg.exploration.steps_anneal == 777
-    assert compose_config(["trainer.train_timesteps_per_epoch=0"], tiny=False).exploration.steps_anneal == 1
+    assert compose_config(["exploration=egreedy", "trainer.train_timesteps_per_epoch=0"],
+                          tiny=False).exploration.steps_anneal == 1
     for preset, steps in (("basic_gym", 1_000_000), ("popgym", 1_000_000), ("key_door", 500_000)):
         assert compose_config([f"+experiment={preset}", "trainer.epochs=3"], tiny=False).exploration.steps_anneal == steps
 
