@@ -8,6 +8,7 @@ success 1.0, and the final validation return. Prints one JSON line per run and a
     python scripts/bench_modes.py --out bench-modes                        # both vs async (1 collector)
     python scripts/bench_modes.py --out bench-modes --runs both async-2    # pick runs (names below)
     python scripts/bench_modes.py --out bench-modes trainer.epochs=12 --runs both     # overrides for every run
+    python scripts/bench_modes.py --smoke --out /tmp/bench-modes                     # seconds: does it work?
 """
 
 from __future__ import annotations
@@ -63,8 +64,12 @@ def main() -> None:
     p.add_argument("--out", default="bench-modes")
     p.add_argument("--runs", nargs="+", default=["both", "async"], choices=sorted(RUNS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--smoke", action="store_true", help=("a seconds-long run of every measurement at toy sizes: checks that the script works, "
+                         "its figures mean nothing"))
     p.add_argument("overrides", nargs="*", help="extra amago-train overrides for every run")
     args = p.parse_args()
+    if args.smoke:  # toy sizes (conf/experiment/smoke.yaml); the overrides given still win
+        args.overrides = ["+experiment=smoke", *args.overrides]
     out = Path(args.out)
     rows = []
     for name in args.runs:

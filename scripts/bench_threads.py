@@ -56,7 +56,11 @@ def main() -> None:
     ap.add_argument("--busy", choices=list(BUSY), default="loop")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra amago-train override (repeatable)")
+    ap.add_argument("--smoke", action="store_true", help=("a seconds-long run of every measurement at toy sizes: checks that the script works, "
+                         "its figures mean nothing"))
     args = ap.parse_args()
+    if args.smoke:  # toy sizes (conf/experiment/smoke.yaml), 2 epochs; the overrides given still win
+        args.epochs, args.override = 2, ["+experiment=smoke", *args.override]
     for setting in args.settings:
         print(json.dumps(run(setting, args.epochs, args.busy, args.override)), flush=True)
 

@@ -7,6 +7,7 @@
 Best-of figures measure the machine's capability, least disturbed by neighbours on a shared CPU.
 
 Prints a table, then one JSON object per line. Usage: python scripts/bench_traj_encoders.py [--threads 2]
+(`--smoke`: short contexts and windows, seconds, to check that it works).
 """
 
 from __future__ import annotations
@@ -74,7 +75,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     ap.add_argument("--reps", type=int, default=5, help="timed training iterations per window length")
     ap.add_argument("--encoders", default="gru,transformer,mamba")
+    ap.add_argument("--smoke", action="store_true",
+                    help="contexts 10 and 30, windows of 16, 1 rep: checks that the script works, its figures mean "
+                         "nothing")
     args = ap.parse_args()
+    global CONTEXTS, TRAIN_LENS
+    if args.smoke:
+        CONTEXTS, TRAIN_LENS, args.reps = (10, 30), (16,), 1
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     warnings.simplefilter("ignore")

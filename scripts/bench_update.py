@@ -7,8 +7,9 @@ Prints JSON lines:
   loop        updates/s and env steps/s as reported by the real epoch loop (collect + train)
   rollout     ms per rollout step of 8 actors (policy + env) at rollout context 10, 100, 1000
 
-    python scripts/bench_update.py                 # CPU, torch default threads
-    python scripts/bench_update.py --threads 2 --device cuda --compile
+    python scripts/bench_update.py                 # torch's default threads (CUDA when there is a GPU)
+    python scripts/bench_update.py --threads 2 --only update trainer.compile=true trainer.mixed_precision=bf16
+    python scripts/bench_update.py --smoke         # seconds: does it work? (figures meaningless)
 """
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ def bench_update(args, tmp: Path) -> dict:
 
 
 def bench_loop(args, tmp: Path) -> dict:
+    steps, batches = (30, 3) if args.smoke else (100, 100)
     trainer = make_trainer(tmp, 50, ["trainer.epochs=3", "trainer.val_interval=null", "trainer.ckpt_interval=null",
-                                     "trainer.always_save_latest=false", "trainer.train_timesteps_per_epoch=100",
-                                     "trainer.train_batches_per_epoch=100"] + args.override)
+                                     "trainer.always_save_latest=false", f"trainer.train_timesteps_per_epoch={steps}",
+                                     f"trainer.train_batches_per_epoch={batches}"] + args.override)
     trainer._open_outputs()
     ups, fps = [], []
     for epoch in range(3):
@@ -96,7 +98,7 @@ def bench_loop(args, tmp: Path) -> dict:
 
 def bench_rollout(args, tmp: Path) -> list[dict]:
     out = []
-    for context in (10, 100, 1000):
+    for context in (10, 30) if args.smoke else (10, 100, 1000):
         trainer = make_trainer(tmp, context, args.override)
         rollout, agent = trainer.val_rollout, trainer.agent
         rollout.reset(agent, trainer.device)
@@ -120,8 +122,13 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--fill-steps", type=int, default=300)
     p.add_argument("--only", choices=["update", "loop", "rollout"], default=None)
+    p.add_argument("--smoke", action="store_true",
+                   help="a seconds-long run of every measurement (2 updates, short contexts): checks that the "
+                        "script works, its figures mean nothing")
     p.add_argument("override", nargs="*", help="extra Hydra overrides, e.g. trainer.mixed_precision=bf16")
     args = p.parse_args()
+    if args.smoke:
+        args.iters, args.blocks, args.warmup, args.fill_steps = 2, 1, 1, 60  # 60 steps: one whole episode
     if args.threads:
         torch.set_num_threads(args.threads)
     info = {"bench": "machine", "cpu": cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
