@@ -49,6 +49,7 @@ RESOLVED_CONFIG_FILE = "config.resolved.yaml"
 HISTORY_FILE = "overrides_history.yaml"
 EVAL_DIR = "eval"
 EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
+POLICY_FILE = re.compile(r"^policy_epoch_(\d+)\.pt$")
 LOCK_FILE = ".lock"
 ABANDONED_PREFIX = "abandoned-"
 
@@ -239,7 +240,7 @@ class Checkpoints:
                     os.replace(old, final)
                     removed.append(f"restored {final.name}")
         for d in (self.run_dir, self.run_dir / "metrics", self.states, self.weights, self.latest.parent,
-                  self.run_dir / "eval"):
+                  self.best.parent, self.run_dir / EVAL_DIR):
             if not d.is_dir():
                 continue
             for p in d.glob(".tmp-*"):
@@ -251,16 +252,28 @@ class Checkpoints:
         return removed
 
     def abandon_newer_than(self, epoch: int) -> list[str]:
-        """Resuming from `epoch_{epoch}` while newer states exist: rename the newer ones out of `resume`'s way
-        (`abandoned-epoch_N-{time}`), so a later `resume=<run dir>` continues this timeline."""
+        """Resuming from `epoch_{epoch}` while newer states exist: rename what the newer epochs left out of the
+        way (training states to `abandoned-epoch_N-{time}`, their policy copies to
+        `abandoned-policy_epoch_N-{time}.pt`, a `best/` chosen at a newer epoch to `abandoned-best-{time}`), so
+        that `resume=<run dir>`, `checkpoint=N` and `checkpoint=best` all follow the resumed timeline."""
         moved = []
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for e in self.saved_epochs():
             if e > epoch:
-                src = self.state_dir(e)
                 dst = self.states / f"{ABANDONED_PREFIX}epoch_{e}-{stamp}"
-                os.replace(src, dst)
+                os.replace(self.state_dir(e), dst)
                 moved.append(dst.name)
+        for path in self.weights.glob("policy_epoch_*.pt") if self.weights.is_dir() else ():
+            match = POLICY_FILE.match(path.name)
+            if match and int(match.group(1)) > epoch:
+                dst = self.weights / f"{ABANDONED_PREFIX}{path.stem}-{stamp}.pt"
+                os.replace(path, dst)
+                moved.append(dst.name)
+        best = self.read_best()
+        if best is not None and int(best.get("epoch", -1)) > epoch:
+            dst = self.root / f"{ABANDONED_PREFIX}best-{stamp}"
+            os.replace(self.best.parent, dst)
+            moved.append(dst.name)
         return moved
 
     def write_weights(self, epoch: int, agent_state: dict, keep_epoch_copy: bool) -> None:

@@ -120,3 +120,18 @@ def test_two_training_runs_share_one_buffer_with_max_size_4(tmp_path):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
     assert len(list((tmp_path / "buffers" / "shared" / "buffer" / "fifo").glob("*.npz"))) <= 4 + 2 * 2 * 8
+
+
+def test_stale_temp_files_of_killed_writers_are_removed_by_the_trimming_owner(tmp_path):
+    buf = DiskBuffer(tmp_path, "b", max_size=10)
+    stale, fresh = buf.fifo_dir / ".tmp-killed", buf.protected_dir / ".tmp-writing-now"
+    for path in (stale, fresh, buf.protected_dir / ".tmp-killed-too"):
+        path.write_bytes(b"partial")
+    hour_ago = os.path.getmtime(stale) - 3600
+    for path in (stale, buf.protected_dir / ".tmp-killed-too"):
+        os.utime(path, (hour_ago, hour_ago))
+    other = DiskBuffer(tmp_path, "b", max_size=10)  # a second run sharing the buffer, not the owner
+    assert buf.on_end_of_collection(0)["Stale Temp Files Removed"] == 2
+    assert other.on_end_of_collection(0) == {"Files Deleted": 0}
+    assert not stale.exists() and fresh.exists()  # a write in progress (of any run sharing the buffer) is kept
+    buf.close()

@@ -120,11 +120,16 @@ def test_truncated_files(tmp_path):
 def test_resume_from_an_older_epoch_becomes_the_timeline(tmp_path):
     run = _run(tmp_path, epochs=4)
     ck = Checkpoints(run)
-    with pytest.warns(UserWarning, match="newer training states renamed"):
+    (ck.best_info).write_text('{"epoch": 3, "val_return": 99.0}')  # the abandoned timeline chose epoch 3 as best
+    with pytest.warns(UserWarning, match="what newer epochs saved is renamed"):
         train(compose_config([f"resume={ck.state_dir(1)}"]), tmp_path / "x",
               overrides=[f"resume={ck.state_dir(1)}", "trainer.epochs=3"])
     assert ck.saved_epochs() == [0, 1, 2]  # epoch_2 and epoch_3 of the abandoned timeline are out of resume's way
     assert sorted(p.name.split("-")[1] for p in ck.states.glob("abandoned-*")) == ["epoch_2", "epoch_3"]
+    # nor can amago-eval checkpoint=3 / checkpoint=best pick the abandoned timeline's weights
+    assert not (ck.weights / "policy_epoch_3.pt").exists() and (ck.weights / "policy_epoch_2.pt").exists()
+    assert sorted(p.name.split("-")[1] for p in ck.weights.glob("abandoned-*")) == ["policy_epoch_2", "policy_epoch_3"]
+    assert list(ck.root.glob("abandoned-best-*")) and (ck.read_best() or {"epoch": 0})["epoch"] <= 2
     assert find_training_state(run) == ck.state_dir(2)
     assert [r["epoch"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")] == [0, 1, 2]
 
@@ -135,5 +140,8 @@ def test_a_half_finished_republish_is_undone(tmp_path):
     os.replace(ck.state_dir(1), ck.states / ".tmp-old-epoch_1")  # killed between the two renames
     (ck.states / ".tmp-epoch_1").mkdir()
     (ck.states / ".tmp-epoch_1" / ".tmp-abc").write_bytes(b"partial")
+    ck.best.parent.mkdir(exist_ok=True)
+    (ck.best.parent / ".tmp-policy").write_bytes(b"partial")  # killed while writing best/policy.pt
     assert ck.clean_leftovers()
+    assert not list(ck.best.parent.glob(".tmp-*"))
     assert ck.saved_epochs() == [0, 1] and not list(ck.states.glob(".tmp-*"))

@@ -69,3 +69,21 @@ def test_killed_and_resumed_online_run_equals_a_straight_run(tmp_path):
     assert Checkpoints(split).saved_epochs() == [0, 1]
     train(compose_config([f"resume={split}"]), tmp_path / "unused", overrides=[f"resume={split}"])
     _assert_same_run(tmp_path / "straight", split)
+
+
+def test_a_moved_run_directory_resumes_exactly(tmp_path):
+    """The buffer's file names (and so the sampling order) survive moving a run directory: a crashed run copied
+    elsewhere and resumed there equals the straight run."""
+    cfg = ["seed=4", "trainer.threads=1", "trainer.ckpt_interval=1", "env.horizon=7", "trainer.epochs=3"]
+    train(compose_config(cfg), tmp_path / "straight")
+    first = tmp_path / "first"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", AMAGO_CRASH_AT="update:4")
+    r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, *cfg, f"hydra.run.dir={first}"],
+                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    moved = tmp_path / "elsewhere" / "moved"
+    moved.parent.mkdir()
+    os.replace(first, moved)
+    train(compose_config([f"resume={moved}"]), tmp_path / "unused", overrides=[f"resume={moved}"])
+    _assert_same_run(tmp_path / "straight", moved)

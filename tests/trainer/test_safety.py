@@ -11,6 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from amago_app.data.files import PickleNotAllowed
 from amago_app.rundir import Checkpoints, RunDirError, read_checkpoint
 from amago_app.trainer.evaluate import evaluate
 from amago_app.trainer.loop import TrainingDiverged
@@ -64,7 +65,7 @@ def test_config_targets_outside_amago_app_are_refused(run, tmp_path):
     cfg = OmegaConf.load(crafted / "config.yaml")
     cfg.env.make = {"_target_": "os.system", "command": f"touch {marker}"}
     OmegaConf.save(cfg, crafted / "config.yaml")
-    with pytest.raises(ValueError, match=r"_target_ 'os.system' at env.make, outside amago_app.*allow_targets=\[os\.\*\]"):
+    with pytest.raises(ValueError, match=r"_target_ 'os.system' at env.make, which is not defined in amago_app.*allow_targets=\[os\.\*\]"):
         evaluate(crafted, ["episodes=1"])
     with pytest.raises(ValueError, match="_target_ 'os.system'"):
         train(compose_config([f"resume={crafted}"]), tmp_path / "x", overrides=[f"resume={crafted}"])
@@ -74,6 +75,55 @@ def test_config_targets_outside_amago_app_are_refused(run, tmp_path):
     r = subprocess.run([sys.executable, "-m", "amago_app.cli.eval", str(crafted), "episodes=1"], capture_output=True,
                        text=True, env=env, timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "allow_targets=[os.*]" in r.stderr
+    assert not marker.exists()
+
+
+def test_targets_reaching_foreign_code_through_amago_app_modules_are_refused(run, tmp_path):
+    """A path under amago_app. is not enough: `amago_app.rundir.os.system` is os.system reached through a module
+    attribute; private helpers are not targets either."""
+    marker = tmp_path / "PWNED"
+    for target in ("amago_app.rundir.os.system", "amago_app.rundir.torch.load", "amago_app.config.overrides._check_key"):
+        crafted = _copy_run(run, tmp_path / target.replace(".", "-"))
+        cfg = OmegaConf.load(crafted / "config.yaml")
+        cfg.env.make = {"_target_": target, "command": f"touch {marker}"}
+        OmegaConf.save(cfg, crafted / "config.yaml")
+        with pytest.raises(ValueError, match=f"_target_ '{target}' at env.make, which is not defined in amago_app"):
+            evaluate(crafted, ["episodes=1"])
+        with pytest.raises(ValueError, match=f"_target_ '{target}'"):
+            train(compose_config([f"resume={crafted}"]), tmp_path / "x", overrides=[f"resume={crafted}"])
+    assert not marker.exists()
+
+
+def test_a_target_smuggled_in_through_the_resume_history_is_refused(run, tmp_path):
+    marker = tmp_path / "PWNED"
+    crafted = _copy_run(run, tmp_path / "crafted")
+    history = OmegaConf.to_container(OmegaConf.load(crafted / "overrides_history.yaml"))
+    history.append({"resumed_from": "ckpts/training_states/epoch_1",
+                    "overrides": ["env.make._target_=os.system", f"+env.make.command=touch {marker}"]})
+    OmegaConf.save(OmegaConf.create(history), crafted / "overrides_history.yaml")
+    with pytest.raises(ValueError, match="_target_ 'os.system'"):
+        train(compose_config([f"resume={crafted}"]), tmp_path / "x", overrides=[f"resume={crafted}"])
+    with pytest.raises(ValueError, match="_target_ 'os.system'"):
+        evaluate(crafted, ["episodes=1"])
+    assert not marker.exists()
+
+
+def test_a_saved_pickle_opt_in_is_not_honoured(run, tmp_path):
+    """A run directory cannot vouch for its own pickle files: buffer.allow_pickle=true must come from the
+    command line of this resume."""
+    import pickle
+
+    marker = tmp_path / "PWNED"
+    crafted = _copy_run(run, tmp_path / "crafted")
+    cfg = OmegaConf.load(crafted / "config.yaml")
+    cfg.buffer.allow_pickle = True
+    OmegaConf.save(cfg, crafted / "config.yaml")
+    protected = crafted / "buffer" / "protected"
+    protected.mkdir(parents=True, exist_ok=True)
+    (protected / "TMazePassive-H3_x_1.0.traj").write_bytes(pickle.dumps(Payload(marker)))
+    with pytest.warns(UserWarning, match="buffer.allow_pickle=true: not honoured from a saved config"), \
+            pytest.raises(PickleNotAllowed, match="allow it with buffer.allow_pickle=true"):
+        train(compose_config([f"resume={crafted}"]), tmp_path / "x", overrides=[f"resume={crafted}", "trainer.epochs=3"])
     assert not marker.exists()
 
 

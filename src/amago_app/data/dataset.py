@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import zipfile
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -22,6 +23,9 @@ from amago_app.data.files import TRAJ_EXTENSIONS, PickleNotAllowed, load_traject
 from amago_app.data.timestep import Trajectory
 
 log = logging.getLogger(__name__)
+
+#: a `.tmp-*` file in the buffer untouched for this long was left by a killed writer (a write takes milliseconds)
+STALE_TMP_SECONDS = 600
 
 
 class RLDataset(ABC):
@@ -68,6 +72,11 @@ class RLDataset(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict()` after a resume."""
+
+    def remove_unsaved(self, writer_id: str, files_written: int) -> int:
+        """Resume: forget what writer `writer_id` stored after its checkpoint (its files numbered `files_written`
+        and later); returns how many were removed. Datasets that store nothing have nothing to remove."""
+        return 0
 
 
 class DoNothingDataset(RLDataset):
@@ -162,7 +171,7 @@ class DiskBuffer(RLDataset):
         return len(self._all_files) > self.min_size
 
     def remove_unsaved(self, writer_id: str, files_written: int) -> int:
-        """Resume: delete this writer's FIFO files numbered `files_written` and later. They were written after the
+        """Delete this writer's FIFO files numbered `files_written` and later. They were written after the
         checkpoint being resumed (by the run that crashed or was abandoned); the resumed run writes them anew."""
         removed = 0
         for path in self._list(self.fifo_dir):
@@ -227,10 +236,26 @@ class DiskBuffer(RLDataset):
                 pass
         return excess
 
+    def remove_stale_tmp_files(self, now: float | None = None) -> int:
+        """Delete `.tmp-*` files that a killed writer left in fifo/ or protected/ (untouched for
+        STALE_TMP_SECONDS: never a write in progress, even one of another run sharing the buffer)."""
+        now = time.time() if now is None else now
+        removed = 0
+        for directory in (self.fifo_dir, self.protected_dir):
+            for path in directory.glob(".tmp-*") if directory.is_dir() else ():
+                try:
+                    if now - path.stat().st_mtime > STALE_TMP_SECONDS:
+                        path.unlink()
+                        removed += 1
+                except FileNotFoundError:  # its writer finished (renamed it) or another owner removed it
+                    pass
+        return removed
+
     def on_end_of_collection(self, epoch: int, is_main_process: bool = True) -> dict[str, float]:
         may_trim = self.has_edit_rights and is_main_process and not self.read_only
-        deleted = self.trim() if (may_trim and self.owns_trimming()) else 0
-        return {"Files Deleted": deleted}
+        if not (may_trim and self.owns_trimming()):
+            return {"Files Deleted": 0}
+        return {"Files Deleted": self.trim(), "Stale Temp Files Removed": self.remove_stale_tmp_files()}
 
     def stats(self) -> dict[str, float]:
         return {

@@ -122,6 +122,13 @@ class MixtureOfDatasets(RLDataset):
         for d in self.datasets:
             d.delete()
 
+    def remove_unsaved(self, writer_id: str, files_written: int) -> int:
+        """Resume: the child that receives the rollouts forgets the files written after the checkpoint."""
+        removed = sum(d.remove_unsaved(writer_id, files_written) for d in self.datasets)
+        if removed:
+            self._update_readiness()
+        return removed
+
     # --- weights ------------------------------------------------------------------------------------
     def _initial_weight(self, i: int) -> float:
         if self.initial_weights is not None and self.initial_weights[i] is not None:

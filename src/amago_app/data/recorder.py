@@ -133,6 +133,7 @@ class TrajectoryRecorder:
         """Everything needed to continue cutting the same trajectories: the unfinished ones included."""
         return {
             "rng": self._rng.getstate(),
+            "writer_id": self.writer_id,
             "files_written": self.files_written,
             "records": [(r.step and _ts_state(r.step), _ts_state(r.next)) for r in self._records],
             "offset": self._offset,
@@ -142,6 +143,9 @@ class TrajectoryRecorder:
 
     def load_state_dict(self, state: dict) -> None:
         self._rng.setstate(state["rng"])
+        # the writer id the files were named with: a run directory moved or copied elsewhere keeps its names
+        # (the default id hashes the run directory's path), so resume still finds and orders them the same way
+        self.writer_id = state.get("writer_id", self.writer_id)
         if "records" not in state:  # saved before unfinished trajectories were checkpointed
             return
         self.files_written = int(state["files_written"])

@@ -30,7 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
-from amago_app.config.overrides import GROUPS, apply_overrides, check_targets, run_config
+from amago_app.config.overrides import GROUPS, apply_overrides, trusted_run_config
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.logging.curves import load_run, t95
 from amago_app.rundir import CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, locate, read_checkpoint
@@ -181,8 +181,7 @@ def eval_config(run_dir: Path, overrides: Sequence[str], allow_targets: Sequence
     The saved config's `_target_`s must lie under `amago_app.` or match `allow_targets` (it may come from anyone).
     """
     setup()
-    cfg = run_config(run_dir)
-    check_targets(cfg, allow_targets, source=str(run_dir / CONFIG_FILE))
+    cfg = trusted_run_config(run_dir, overrides, allow_targets)
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     group_choices = [o for o in parsed if o.key_or_group in GROUPS]
     others = [o.input_line for o in parsed if o.key_or_group not in GROUPS]

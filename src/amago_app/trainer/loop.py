@@ -495,7 +495,7 @@ class Trainer:
             if match:
                 moved = self.ckpts.abandon_newer_than(int(match.group(1)))
                 if moved:
-                    warnings.warn(f"resuming from {Path(state_dir).name}: newer training states renamed to {moved}",
+                    warnings.warn(f"resuming from {Path(state_dir).name}: what newer epochs saved is renamed to {moved}",
                                   stacklevel=2)
             rollback_jsonl(self.run_dir, self.epoch)
             if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
@@ -504,9 +504,8 @@ class Trainer:
                 self.ckpts.write_weights(e, self._weights(), keep_epoch_copy=not has_copy)
         if own is not None:
             self.recorder.load_state_dict(own["recorder"])
-            remove_unsaved = getattr(self.dataset, "remove_unsaved", None)
-            if remove_unsaved is not None and self.recorder.writer_id is not None:
-                remove_unsaved(self.recorder.writer_id, self.recorder.files_written)
+            if self.recorder.writer_id is not None:
+                self.dataset.remove_unsaved(self.recorder.writer_id, self.recorder.files_written)
             if self.exploration is not None and own["exploration"] is not None:
                 self.exploration.load_state_dict(own["exploration"])
             if own.get("dataset") is not None:

@@ -9,8 +9,8 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import setup
-from amago_app.config.overrides import apply_overrides, check_targets, record_command, run_config
-from amago_app.rundir import CONFIG_FILE, Checkpoints, RunLock, find_training_state, run_dir_of_state
+from amago_app.config.overrides import apply_overrides, record_command, trusted_run_config
+from amago_app.rundir import Checkpoints, RunLock, find_training_state, run_dir_of_state
 from amago_app.trainer.loop import Trainer, save_config
 
 
@@ -39,9 +39,8 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
             if is_main:
                 lock = _take_run_dir(run_dir)
             state_dir = find_training_state(cfg.resume)  # again: clean-up may have restored a half-published state
-            saved = OmegaConf.load(run_dir / CONFIG_FILE)
-            check_targets(saved, cfg.get("allow_targets") or [], source=str(run_dir / CONFIG_FILE))
-            cfg = apply_overrides(run_config(run_dir), overrides)
+            saved = trusted_run_config(run_dir, overrides, cfg.get("allow_targets") or [])
+            cfg = apply_overrides(saved, overrides)
             with open_dict(cfg):
                 cfg.resume = str(state_dir)
         else:
