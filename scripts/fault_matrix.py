@@ -1,13 +1,16 @@
 """Re-run the kill / bad-input matrix of a tiny run and print it as a Markdown table (case -> outcome).
 
-    python scripts/fault_matrix.py                 # ~5 min on 2 CPUs; work files in a temporary directory
+    python scripts/fault_matrix.py                 # ~10 min on 2 CPUs; work files in a temporary directory
+    python scripts/fault_matrix.py --smoke         # the first case only (checks that the script works)
 
-Every case is a real command: `amago-train` / `amago-eval` subprocesses, kill -9 (self-inflicted at a named
-point of the loop with AMAGO_CRASH_AT, or from outside), crafted payload files that would create a marker file.
+Every case is a real command: `amago-train` / `amago-eval` / `torchrun` subprocesses, kill -9 (self-inflicted at
+a named point of the loop with AMAGO_CRASH_AT, or from outside), SIGINT / SIGTERM from outside, crafted payload
+files that would create a marker file, two runs sharing one small buffer, bad command lines.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import pickle
 import shutil
@@ -19,11 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["env.horizon=3", "env.parallel_actors=2", "tstep_encoder.d_hidden=16", "tstep_encoder.d_output=16",
-        "traj_encoder.d_model=16", "traj_encoder.n_heads=2", "traj_encoder.n_layers=1", "agent.actor.d_hidden=16",
-        "agent.critic.d_hidden=16", "trainer.batch_size=4", "trainer.train_batches_per_epoch=3",
-        "trainer.train_timesteps_per_epoch=8", "trainer.val_interval=1", "trainer.lr_warmup_steps=2",
-        "logger.verbose=false", "trainer.threads=1", "trainer.ckpt_interval=1"]
+TINY = ["+experiment=smoke", "logger.verbose=false", "trainer.threads=1", "trainer.ckpt_interval=1"]
 FAULTY = ["env=custom", "env.make._target_=faulty_envs.make", "env.name=faulty", "max_seq_len=8",
           "env.val_timesteps=8"]
 
@@ -36,9 +35,14 @@ def env(**extra):
 
 
 def run(tool, *args, cwd, crash_at=None, wait=True, extra_env=None):
-    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
+    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval", "torchrun": None}[tool]
     e = env(**({"AMAGO_CRASH_AT": crash_at} if crash_at else {}), **(extra_env or {}))
+    if any(a.startswith("resume=") for a in args):  # a saved run already holds the preset's values
+        args = [a for a in args if not a.startswith("+experiment=")]
     cmd = [sys.executable, "-m", module, *args]
+    if tool == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "amago_app.cli.train",
+               *args]
     if not wait:
         return subprocess.Popen(cmd, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=cwd, env=e, capture_output=True, text=True, timeout=600)
@@ -69,8 +73,21 @@ def consistent(run_dir: Path) -> str:
             f"tmp leftovers {len(leftovers)}")
 
 
+def wait_for(path: Path, proc, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the run never wrote {path}: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.2)
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="run the first case only (checks that the script works)")
+    opts = ap.parse_args()
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+    from amago_app.rundir import Checkpoints
+
     print("| case | outcome |\n|---|---|", flush=True)
 
     class Rows(list):  # print each row as soon as it is known
@@ -88,6 +105,46 @@ def main() -> None:
             r2 = run("train", *TINY, f"resume={d}", f"hydra.run.dir={d}", cwd=work)
             rows.append((f"kill -9 at {point} of a 4-epoch run, then `resume=<run>`",
                          f"rc {r1.returncode} then resume rc {r2.returncode}; {consistent(d)}"))
+            if opts.smoke:
+                return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            d = work / f"signal-{sig.name}"
+            proc = run("train", *TINY, "trainer.epochs=100000", "trainer.ckpt_interval=null", f"hydra.run.dir={d}",
+                       cwd=work, wait=False)
+            wait_for(d / "metrics" / "train-update.jsonl", proc)
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=300)
+            saved = Checkpoints(d).saved_epochs()
+            r = run("train", *TINY, f"resume={d}", f"trainer.epochs={saved[-1] + 2 if saved else 2}", cwd=work)
+            rows.append((f"{sig.name} from outside during training, then `resume=<run>`",
+                         f"rc {proc.returncode}, state saved {saved}, resume command printed: "
+                         f"{'amago-train resume=' in out}; resume rc {r.returncode}; {consistent(d)}"))
+        d = work / "torchrun"
+        launcher = run("torchrun", *TINY, "trainer.epochs=100000", f"hydra.run.dir={d}", cwd=work, wait=False)
+        wait_for(d / "metrics" / "train-update.jsonl", launcher)
+        import psutil
+
+        workers = psutil.Process(launcher.pid).children(recursive=True)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.communicate()
+        gone, alive = psutil.wait_procs(workers, timeout=30)
+        rows.append(("SIGKILL to the `torchrun` launcher of a 2-process run",
+                     f"{len(gone)} of {len(workers)} worker processes exited, {len(alive)} orphans"))
+        for p in alive:
+            p.kill()
+        shared = [f"buffer.root={work / 'shared'}", "buffer.name=one", "buffer.max_size=4"]
+        procs = [run("train", *TINY, *shared, "trainer.epochs=6", f"seed={k}", f"hydra.run.dir={work / f'share{k}'}",
+                     cwd=work, wait=False) for k in range(2)]
+        codes = [p.wait(timeout=600) for p in procs]
+        rows.append(("two runs training at once on one buffer with `buffer.max_size=4`",
+                     f"rc {codes}; files left {len(list((work / 'shared/one/buffer/fifo').glob('*.npz')))}"))
+        d = work / "mid-publish"
+        r = run("train", *TINY, "trainer.epochs=3", f"hydra.run.dir={d}", cwd=work)
+        r1 = run("train", *TINY, f"resume={d / 'ckpts/training_states/epoch_1'}", "trainer.epochs=3", cwd=work,
+                 crash_at="mid-publish:1")
+        r2 = run("train", *TINY, f"resume={d}", "trainer.epochs=4", cwd=work)
+        rows.append(("kill -9 while re-publishing epoch_2 (resumed from epoch_1), then `resume=<run>`",
+                     f"rc {r1.returncode} then resume rc {r2.returncode}; {consistent(d)}"))
         d = work / "lock"
         first = run("train", *TINY, "trainer.epochs=100000", f"hydra.run.dir={d}", cwd=work, wait=False)
         while not (d / "ckpts" / "training_states" / "epoch_0").exists() and first.poll() is None:
@@ -96,8 +153,6 @@ def main() -> None:
         rows.append(("`resume=<run>` while the run is still training", f"rc {second.returncode}: {last_line(second)}"))
         first.send_signal(signal.SIGKILL)
         first.communicate()
-        from amago_app.rundir import Checkpoints
-
         done = max(Checkpoints(d).saved_epochs()) + 1
         r = run("train", *TINY, f"resume={d}", f"trainer.epochs={done + 1}", cwd=work)
         rows.append(("kill -9 from outside at a random time, then `resume=<run>` (stale lock)",
@@ -166,6 +221,37 @@ def main() -> None:
         r = run("train", *TINY, f"resume={d}", "trainer.epochs=4", "trainer.val_interval=null", cwd=work)
         rows.append(("pickle `.traj` payload in `buffer/protected`, `resume=`",
                      f"rc {r.returncode}, marker written: {marker.exists()}: {last_line(r)}"))
+        (d / "config.yaml").write_text((d / "config.yaml").read_text().replace("allow_pickle: false",
+                                                                               "allow_pickle: true"))
+        r = run("train", *TINY, f"resume={d}", "trainer.epochs=4", "trainer.val_interval=null", cwd=work)
+        rows.append(("the same, with `allow_pickle: true` written into the run's config.yaml",
+                     f"rc {r.returncode}, marker written: {marker.exists()}: {last_line(r)}"))
+        d = copy("payload-via-amago")
+        text = (d / "config.yaml").read_text().replace("_target_: amago_app.envs.builtin.tmaze.TMazePassive",
+                                                        f"_target_: amago_app.rundir.os.system\n    command: touch {marker}")
+        (d / "config.yaml").write_text(text)
+        r = run("eval", str(d), "episodes=1", cwd=work)
+        rows.append(("config.yaml `_target_: amago_app.rundir.os.system`, `amago-eval`",
+                     f"rc {r.returncode}, marker written: {marker.exists()}: {last_line(r)}"))
+        d = copy("payload-history")
+        with open(d / "overrides_history.yaml", "a") as f:
+            f.write(f"- resumed_from: ckpts/training_states/epoch_1\n  overrides:\n  - env.make._target_=os.system\n"
+                    f"  - +env.make.command=touch {marker}\n")
+        r = run("train", *TINY, f"resume={d}", cwd=work)
+        rows.append(("`env.make._target_=os.system` added to `overrides_history.yaml`, `resume=`",
+                     f"rc {r.returncode}, marker written: {marker.exists()}: {last_line(r)}"))
+        d = copy("foreign")
+        np_ = __import__("numpy")
+        np_.savez(d / "buffer/fifo/foreign.npz", x=np_.zeros(3))
+        np_.savez(d / "buffer/fifo/demo.npz", x=np_.zeros(3))
+        r = run("train", *TINY, f"resume={d}", "trainer.epochs=4", cwd=work)
+        rows.append(("a foreign `fifo/foreign.npz` and a misnamed `fifo/demo.npz`, `resume=`",
+                     f"rc {r.returncode}: {last_line(r)}"))
+        moved = work / "moved" / "run"
+        moved.parent.mkdir()
+        shutil.copytree(base, moved, ignore=shutil.ignore_patterns(".lock"))
+        r = run("train", *TINY, f"resume={moved}", "trainer.epochs=4", cwd=work)
+        rows.append(("a run directory copied elsewhere, `resume=<copy>`", f"rc {r.returncode}; {consistent(moved)}"))
 
         # --- numbers -------------------------------------------------------------------------------------
         d = work / "lr"
@@ -183,16 +269,19 @@ def main() -> None:
         (fake / "popgym").mkdir(parents=True)
         (fake / "popgym" / "__init__.py").write_text("raise ImportError('No module named popgym')\n")
         bad_train = [["trainer.epochs=-2"], ["trainer.batch_size=0"], ["traj_encoder.n_heads=3"],
-                     ["resume=/no/such/run"], ["trainer.foo=3"], ["trainer.batch_size=abc"], ["traj_encoder=nope"]]
+                     ["resume=/no/such/run"], ["trainer.foo=3"], ["trainer.batch_size=abc"], ["traj_encoder=nope"],
+                     ["env.parallel_actors=0"], ["agent.gamma=1.5"], ["trainer.learning_rate=-1"], ["max_seq_len=0"],
+                     ["trainer.mode=sideways"], ["exploration.eps_start=2"], ["trainer.mixed_precision=fp8"]]
         for args in bad_train:
             r = run("train", *TINY, *args, cwd=work)
             rows.append((f"`amago-train {' '.join(args)}`", f"rc {r.returncode}: {last_line(r)}"))
         r = run("train", *TINY, "env=popgym", cwd=work, extra_env={"PYTHONPATH": os.pathsep.join(
             [str(fake), str(ROOT / "src"), str(ROOT / "tests")])})
         rows.append(("`amago-train env=popgym` without popgym", f"rc {r.returncode}: {last_line(r)}"))
-        for args in (["env.horizn=5"], ["parallel_actors=0"], ["episodes=abc"], ["traj_encoder=gru"], ["env=gym"]):
-            r = run("eval", str(base), *args, cwd=work)
-            rows.append((f"`amago-eval <run> {' '.join(args)}`", f"rc {r.returncode}: {last_line(r)}"))
+        for eval_args in (["env.horizn=5"], ["parallel_actors=0"], ["episodes=abc"], ["traj_encoder=gru"],
+                          ["env=gym"], ["checkpoint=99"], ["checkpoint=worst"]):
+            r = run("eval", str(base), *eval_args, cwd=work)
+            rows.append((f"`amago-eval <run> {' '.join(eval_args)}`", f"rc {r.returncode}: {last_line(r)}"))
         r = run("eval", str(work / "missing"), cwd=work)
         rows.append(("`amago-eval <missing dir>`", f"rc {r.returncode}: {last_line(r)}"))
     finally:

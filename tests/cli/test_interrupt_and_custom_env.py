@@ -75,6 +75,26 @@ def test_ctrl_c_saves_a_state_and_resume_keeps_the_original_config(tmp_path):
     assert OmegaConf.load(run / "config.yaml").trainer.epochs == 100000
 
 
+def test_sigterm_saves_a_state_and_exits_143(tmp_path):
+    """What `kill`, `timeout` and SLURM (time limit, preemption) send before killing a job."""
+    proc = subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *TINY, "trainer.epochs=100000",
+                             "trainer.ckpt_interval=null", "trainer.threads=1", "hydra.run.dir=run"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "run" / "metrics" / "train-update.jsonl").is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not get going"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out[-3000:]
+    assert "SIGTERM: stopping after this step" in out and "amago-train resume=" in out and "Traceback" not in out
+    assert len(list((tmp_path / "run" / "ckpts" / "training_states").glob("epoch_*"))) == 1
+
+
 MY_ENV = textwrap.dedent('''
     import gymnasium as gym
     import numpy as np

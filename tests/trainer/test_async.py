@@ -102,7 +102,9 @@ def test_collectors_die_with_a_killed_learner(tmp_path):
 
 
 @linux_only
-def test_ctrl_c_saves_the_learner_and_stops_the_collectors(tmp_path):
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_saves_the_learner_and_stops_the_collectors(tmp_path, sig, rc):
+    """Ctrl-C (a terminal signals the whole process group) or SIGTERM to the group (`timeout`, a scheduler)."""
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     learner = subprocess.Popen(
@@ -115,9 +117,9 @@ def test_ctrl_c_saves_the_learner_and_stops_the_collectors(tmp_path):
             assert learner.poll() is None and time.monotonic() < deadline, "the async run did not start learning"
             time.sleep(0.5)
         collectors = _collectors(learner.pid)
-        os.killpg(learner.pid, signal.SIGINT)  # what a terminal does: the whole process group
+        os.killpg(learner.pid, sig)
         out, _ = learner.communicate(timeout=120)
-        assert learner.returncode == 130, out[-3000:]  # amago-train's exit status after a Ctrl-C
+        assert learner.returncode == rc, out[-3000:]  # amago-train's exit status after that signal
         # one training state, the learner's (collectors save none)
         assert out.count("continue with") == 1 and list((run / "ckpts" / "training_states").glob("epoch_*"))
         assert collectors and not any(_alive(p) for p in collectors)

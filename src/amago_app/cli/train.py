@@ -19,9 +19,10 @@ from omegaconf import DictConfig
 
 from amago_app.cli.errors import one_line_warnings, report_user_errors
 from amago_app.config import config_dir, setup
+from amago_app.trainer.stopping import EXIT_CODES
 
 setup()
-_interrupted = False  # set when Ctrl-C stopped training (the state is saved); main() exits with 130
+_stopped_by: str | None = None  # "SIGINT" / "SIGTERM" when a signal stopped training (the state is saved)
 
 OBJECTIVES = ("final", "best")
 
@@ -55,10 +56,10 @@ def _main(cfg: DictConfig) -> float:
             cfg.logger.group = group
         if cfg.logger.get("name") is None:
             cfg.logger.name = name
-    global _interrupted
+    global _stopped_by
     with report_user_errors("amago-train"):
         result = train(cfg, hc.runtime.output_dir, overrides=hc.overrides.task)
-    _interrupted = _interrupted or bool(result.get("interrupted"))
+    _stopped_by = _stopped_by or result.get("stopped_by")
     run_dir = Path(result.get("run_dir", hc.runtime.output_dir))
     value = None
     if (run_dir / "metrics" / "val.jsonl").is_file():  # only the main process writes metrics
@@ -115,8 +116,9 @@ def main() -> None:
         _check_resume(sys.argv[1:])
         _check_composition(sys.argv[1:])
     _main()
-    if _interrupted:
-        sys.exit(130)  # Ctrl-C: the training state is saved; the shell sees an interrupted command
+    if _stopped_by:
+        # the training state is saved; the shell (or scheduler) sees a command stopped by that signal
+        sys.exit(EXIT_CODES.get(_stopped_by, 130))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Pacing, through three shared counters (env steps per collector, the learner's gr
   learner, so collection runs at most about one learner epoch ahead of learning.
 
 Collectors never outlive the learner: they stop when it finishes or fails (stop flag, then terminate; they
-ignore Ctrl-C, which the learner turns into a saved training state before it stops them), and
+ignore Ctrl-C and SIGTERM, which the learner turns into a saved training state before it stops them), and
 if the learner is killed outright (SIGKILL) the kernel kills them too (PR_SET_PDEATHSIG on Linux; elsewhere
 a watchdog thread notices that their parent is gone within a second).
 """
@@ -102,7 +102,7 @@ class AsyncCollector(Trainer):
         self.index, self.pacing, self.ratio, self.slack = index, pacing, ratio, slack
         self.base_frames = 0  # the run's env steps before this session (a resumed run), set by _collector_main
 
-    def _catch_sigint(self) -> None:
+    def _catch_stop_signals(self) -> None:
         """Ctrl-C stays ignored here (see _collector_main): only the learner saves a training state."""
 
     def x_axes(self) -> dict[str, float]:
@@ -158,8 +158,10 @@ def _die_with_parent(parent_pid: int) -> None:
 def _collector_main(cfg_container: dict, run_dir: str, index: int, pacing: Pacing, ratio: float, slack: float,
                     base_frames: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
-    # Ctrl-C reaches the whole process group: the learner handles it (saves, then stops its collectors)
+    # Ctrl-C reaches the whole process group, SIGTERM often does too (`timeout`, schedulers): the learner handles
+    # both (saves, then stops its collectors); a collector never dies first and fails the learner
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from amago_app.config import setup
 
     setup()

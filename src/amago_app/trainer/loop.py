@@ -8,8 +8,6 @@ is built by `trainer/build.py`; the checkpoint files are written and read by `am
 from __future__ import annotations
 
 import shlex
-import signal
-import threading
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -22,16 +20,9 @@ from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from amago_app.logging.console import RunConsole, success_summary
-from amago_app.logging.metrics import MetricsLogger, rollback_jsonl
-from amago_app.rundir import (
-    CONFIG_FILE,
-    EPOCH_DIR,
-    RESOLVED_CONFIG_FILE,
-    Checkpoints,
-    atomic_write_bytes,
-    crash_point,
-    load_training_state,
-)
+from amago_app.logging.metrics import MetricsLogger
+from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, crash_point
+from amago_app.trainer import checkpointing
 from amago_app.trainer.build import (
     build_accelerator,
     build_buffer,
@@ -39,24 +30,17 @@ from amago_app.trainer.build import (
     build_loader,
     build_outputs,
     build_rollouts,
-    env_seed,
     shared_run_dir,
 )
+from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
 from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import balanced_quota
+from amago_app.trainer.stopping import StopRequest
 from amago_app.trainer.threads import ThreadBudget
 
 
 def _fmt(x: float | None) -> str:
     return "--" if x is None else f"{x:.3g}"
-
-
-class TrainingDiverged(FloatingPointError):
-    """Updates kept producing non-finite numbers; the message names the last good checkpoint."""
-
-
-def _all_finite(state: dict) -> bool:
-    return all(torch.isfinite(v).all() for v in state.values() if torch.is_tensor(v) and v.is_floating_point())
 
 
 class Trainer:
@@ -91,11 +75,10 @@ class Trainer:
         self.total_frames = 0
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
-        self.nonfinite_skipped = 0  # updates skipped for a non-finite loss or gradient (all time)
-        self.nonfinite_in_a_row = 0
-        self._stop_requested = False  # set by Ctrl-C (see learn)
-        self._previous_sigint = None
+        self.guard = NonFiniteGuard(acc, t.get("max_nonfinite_updates", 10), t.mixed_precision)
+        self.stop = StopRequest()  # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
         self._val_episodes = 0
+        self.warned_no_latest = False
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
@@ -247,38 +230,23 @@ class Trainer:
                 norm = acc.clip_grad_norm_(self.params, self.cfg.trainer.grad_clip)
                 if log_step:
                     metrics["Grad Norm (before clip)"] = norm
-                skip = self._nonfinite(loss, norm)
+                skip = self.guard.must_skip(loss, norm)
             if not skip:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        if skip:
-            self.nonfinite_skipped += 1
-            self.nonfinite_in_a_row += 1
-            limit = self.cfg.trainer.get("max_nonfinite_updates", 10)
-            if limit and self.nonfinite_in_a_row >= limit:
-                raise self._diverged(f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss or gradient "
-                                     f"(trainer.max_nonfinite_updates={limit})")
-        elif acc.sync_gradients:
-            self.nonfinite_in_a_row = 0
-            self.agent.update_targets()  # after the optimizer step, so targets track the new weights
-            self.scheduler.step()
-            self.gradient_steps += 1
+        if acc.sync_gradients:
+            stop_why = self.guard.record(skip)
+            if stop_why:
+                raise self._diverged(stop_why)
+            if not skip:
+                self.agent.update_targets()  # after the optimizer step, so targets track the new weights
+                self.scheduler.step()
+                self.gradient_steps += 1
         if log_step:
-            metrics["Non-finite Updates Skipped"] = self.nonfinite_skipped
+            metrics["Non-finite Updates Skipped"] = self.guard.skipped
             metrics["Loss"] = loss.detach()
             metrics["Learning Rate"] = self.scheduler.get_last_lr()[0]
         return metrics
-
-    def _nonfinite(self, loss: torch.Tensor, grad_norm) -> bool:
-        """Whether this update must be skipped: a non-finite loss (on any process) or gradient norm. fp16 runs
-        leave it to the gradient scaler, which skips overflowing steps itself and lowers its scale."""
-        if self.cfg.trainer.mixed_precision == "fp16":
-            return False
-        bad = torch.stack([~torch.isfinite(loss.detach().float()),
-                           ~torch.isfinite(torch.as_tensor(grad_norm, device=loss.device).float())]).any().float()
-        if self.accelerator.num_processes > 1:  # every process must take the same decision
-            bad = self.accelerator.reduce(bad.reshape(1), reduction="sum")
-        return bool(bad.item() > 0)
 
     def _diverged(self, why: str) -> TrainingDiverged:
         good = self.ckpts.latest_state_dir()
@@ -292,8 +260,8 @@ class Trainer:
         try:
             yield
         except Exception as e:
-            if self.nonfinite_in_a_row:
-                raise self._diverged(f"the policy fails after {self.nonfinite_in_a_row} non-finite updates in a row "
+            if self.guard.in_a_row:
+                raise self._diverged(f"the policy fails after {self.guard.in_a_row} non-finite updates in a row "
                                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
             raise
 
@@ -326,33 +294,14 @@ class Trainer:
         self._last_loss = last.get("Loss", getattr(self, "_last_loss", None))
         return done / max(time.perf_counter() - start, 1e-9)
 
-    # --- Ctrl-C -------------------------------------------------------------------------------------
+    # --- stopping on request -------------------------------------------------------------------------
     def _interrupted(self) -> bool:
-        return self._stop_requested
+        return bool(self.stop)
 
-    def _on_sigint(self, signum, frame) -> None:
-        if self._stop_requested:  # the second Ctrl-C: stop now, without saving
-            signal.signal(signal.SIGINT, self._previous_sigint or signal.default_int_handler)
-            raise KeyboardInterrupt
-        self._stop_requested = True
-        print("\nCtrl-C: stopping after this step and saving a training state (Ctrl-C again: quit without saving)",
-              flush=True)
-
-    def _catch_sigint(self) -> None:
-        """A first Ctrl-C ends the current phase early, saves a training state and returns normally.
-
-        Only in single-process runs started from the main thread: DDP ranks would have to agree on the step
-        at which they stop (their launcher forwards the signal at different times); they keep their periodic
-        checkpoints (trainer.ckpt_interval).
-        """
-        self._stop_requested = False
-        if self.accelerator.num_processes == 1 and threading.current_thread() is threading.main_thread():
-            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
-
-    def _release_sigint(self) -> None:
-        if self._previous_sigint is not None:
-            signal.signal(signal.SIGINT, self._previous_sigint)
-            self._previous_sigint = None
+    def _catch_stop_signals(self) -> None:
+        """Ctrl-C / SIGTERM stop the run with its state saved (trainer/stopping.py): single-process runs only."""
+        if self.accelerator.num_processes == 1:
+            self.stop.install()
 
     def resume_command(self) -> str:
         return f"amago-train resume={shlex.quote(str(self.run_dir))}"
@@ -365,7 +314,7 @@ class Trainer:
         self.describe()
         self._last_val = None
         started = time.time() - self.elapsed
-        self._catch_sigint()
+        self._catch_stop_signals()
         interrupted = False
         try:
             while self.epoch < t.epochs and not interrupted:
@@ -380,11 +329,11 @@ class Trainer:
                                   for k, v in success_summary(self.last_val_summary).items())
                 self.console.print(f"final validation return [bold cyan]{_fmt(self._last_val)}[/]{success}")
         finally:
-            self._release_sigint()
+            self.stop.release()
             self.close()
         return {"val_return": self._last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
                 "total_frames": self.total_frames, "wall_time": self.elapsed, "interrupted": interrupted,
-                "run_dir": str(self.run_dir)}
+                "stopped_by": self.stop.signal, "run_dir": str(self.run_dir)}
 
     def run_epoch(self, started: float) -> bool:
         """One epoch: validate -> collect -> store -> update -> checkpoint (each phase only when it is due).
@@ -392,7 +341,7 @@ class Trainer:
         t, acc, epoch = self.cfg.trainer, self.accelerator, self.epoch
         summary: dict[str, str] = {}
         if t.always_load_latest:
-            self.load_latest_policy()
+            checkpointing.load_latest_policy(self)
         if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
             with self._blame_divergence():
                 self._last_val = self.validate()
@@ -437,25 +386,20 @@ class Trainer:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
 
-    # --- checkpoints --------------------------------------------------------------------------------
+    # --- checkpoints (what they hold: trainer/checkpointing.py) -----------------------------------------
     def _weights(self) -> dict:
-        return {k: v.detach().cpu() for k, v in self.agent.state_dict().items()}
-
-    def counters(self) -> dict:
-        return {"epoch": self.epoch, "gradient_steps": self.gradient_steps, "total_frames": self.total_frames,
-                "frames_per_env": dict(self.frames_per_env), "elapsed": self.elapsed,
-                "nonfinite_skipped": self.nonfinite_skipped}
+        return checkpointing.agent_weights(self)
 
     def checkpoint(self, epoch: int, force: bool = False) -> None:
         """Save the training state when it is due (every `ckpt_interval` epochs, after the last one, and when
-        Ctrl-C stopped the run: `force`)."""
+        a stop was requested: `force`); `latest/policy.pt` after every epoch with `always_save_latest`."""
         t = self.cfg.trainer
         last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
         due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch or force
         if (due or t.always_save_latest) and not self._healthy():
             if self.is_main:
                 warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "
-                              f"{self.nonfinite_in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
+                              f"{self.guard.in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
             return
         if due:
             self.save_checkpoint(epoch)
@@ -463,82 +407,14 @@ class Trainer:
             self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
 
     def _healthy(self) -> bool:
-        """Never save non-finite weights, nor weights whose latest updates went non-finite."""
-        return self.nonfinite_in_a_row == 0 and _all_finite(self.agent.state_dict())
+        return self.guard.healthy(self.agent.state_dict())
 
     def save_checkpoint(self, epoch: int) -> None:
-        main = None
-        if self.is_main:
-            main = {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(), "counters": self.counters(),
-                    "num_processes": self.accelerator.num_processes}
-        own = {"recorder": self.recorder.state_dict(),
-               "train_rollout": self.train_rollout.state_dict(), "val_rollout": self.val_rollout.state_dict(False),
-               "exploration": self.exploration.state_dict() if self.exploration else None,
-               "dataset": self.dataset.state_dict()}
-        self.ckpts.save_training_state(epoch, self.rank, main, own, barrier=self.accelerator.wait_for_everyone,
-                                       weights=self._weights() if self.is_main else None)
+        checkpointing.save(self, epoch)
 
     def load_checkpoint(self, state_dir: Path) -> None:
-        """Restore everything saved by `save_checkpoint`: training continues exactly where it stopped."""
-        main, own = load_training_state(state_dir, self.rank)
-        self.agent.load_state_dict(main["agent"])
-        self.optimizer.load_state_dict(main["optimizer"])
-        self.scheduler.load_state_dict(main["scheduler"])
-        c = main["counters"]
-        self.epoch, self.gradient_steps, self.total_frames = c["epoch"], c["gradient_steps"], c["total_frames"]
-        self.frames_per_env, self.elapsed = dict(c["frames_per_env"]), c["elapsed"]
-        self.nonfinite_skipped = int(c.get("nonfinite_skipped", 0))
-        if self.is_main:
-            # this state is the timeline now: newer states, later metric rows and buffer files are abandoned
-            match = EPOCH_DIR.match(Path(state_dir).name)
-            if match:
-                moved = self.ckpts.abandon_newer_than(int(match.group(1)))
-                if moved:
-                    warnings.warn(f"resuming from {Path(state_dir).name}: what newer epochs saved is renamed to {moved}",
-                                  stacklevel=2)
-            rollback_jsonl(self.run_dir, self.epoch)
-            if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
-                e = int(match.group(1))
-                has_copy = (self.ckpts.weights / f"policy_epoch_{e}.pt").exists()
-                self.ckpts.write_weights(e, self._weights(), keep_epoch_copy=not has_copy)
-        if own is not None:
-            self.recorder.load_state_dict(own["recorder"])
-            if self.recorder.writer_id is not None:
-                self.dataset.remove_unsaved(self.recorder.writer_id, self.recorder.files_written)
-            if self.exploration is not None and own["exploration"] is not None:
-                self.exploration.load_state_dict(own["exploration"])
-            if own.get("dataset") is not None:
-                self.dataset.load_state_dict(own["dataset"])  # e.g. a mixture's fade-in schedule
-        elif self.is_main:
-            print(f"warning: rank{self.rank}.pt missing in {state_dir} (saved with {main['num_processes']} "
-                  "processes); this process starts fresh RNG and exploration state")
-        exact = False
-        if own is not None and own.get("train_rollout") is not None:
-            exact = self.train_rollout.load_state_dict(own["train_rollout"], self.agent, self.device)
-            self.val_rollout.load_state_dict(own["val_rollout"], self.agent, self.device)
-        if not exact:
-            # the envs cannot continue their episodes: new tasks after a resume, reproducibly
-            self.train_rollout.seed = env_seed(self.cfg, self.rank, "train", self.epoch)
-            if self.is_main and own is not None and own.get("train_rollout") is not None:
-                warnings.warn("the training envs cannot save their state (no get_state/set_state, see "
-                              "amago_app.envs.state): they restart with new episodes, so this resume is not an exact "
-                              "continuation", stacklevel=2)
-
-    def load_latest_policy(self, tries: int = 10) -> None:
-        path = self.latest_source
-        for i in range(tries):
-            if not path.exists():
-                if not getattr(self, "_warned_no_latest", False) and self.is_main:
-                    print(f"warning: no weights at {path} yet; acting with the current ones")
-                    self._warned_no_latest = True
-                return
-            try:
-                self.agent.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
-                return
-            except (RuntimeError, EOFError, OSError):
-                time.sleep(1.0)
-        print(f"warning: could not read {path} after {tries} tries")
+        """Continue exactly where the saved state stopped (`resume=`)."""
+        checkpointing.restore(self, Path(state_dir))
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
