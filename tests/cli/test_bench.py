@@ -55,8 +55,21 @@ def test_jobs_of_several_rows_keep_their_own_overrides(tmp_path):
         assert f"trainer.epochs={TASKS[task].epochs}" in overrides and overrides[-1] == "seed=0"
 
 
+def test_baselines_may_run_fewer_seeds(tmp_path):
+    from amago_app.cli.bench import jobs_for, task_result
+
+    jobs = jobs_for(["tmaze_h50", "cartpole"], [0, 1, 2], tmp_path, 1.0, baseline_seeds=[0])
+    assert sorted((j.task, j.variant, j.seed) for j in jobs) == [
+        ("cartpole", "memory", 0), ("cartpole", "memory", 1), ("cartpole", "memory", 2),
+        ("tmaze_h50", "ff", 0), ("tmaze_h50", "memory", 0), ("tmaze_h50", "memory", 1), ("tmaze_h50", "memory", 2)]
+    assert not [j for j in jobs_for(["tmaze_h50"], [0, 1], tmp_path, 1.0, baseline_seeds=[]) if j.variant == "ff"]
+    result = task_result("tmaze_h50", tmp_path, [0, 1, 2], baseline_seeds=[0])
+    assert list(result["variants"]["ff"]["seeds"]) == ["0"] and len(result["variants"]["memory"]["seeds"]) == 3
+
+
 def test_bad_arguments_exit_with_one_line(capsys):
     assert main(["--tasks", "cartpole,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and "tmaze_h50" in err[0]
     assert main(["--seeds", "a,b"]) == 2
+    assert main(["--baseline-seeds", "x"]) == 2

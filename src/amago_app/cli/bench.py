@@ -89,7 +89,10 @@ def scaled_epochs(task: Task, scale: float) -> int:
     return max(1, int(math.ceil(task.epochs * scale)))
 
 
-def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra: list[str] = ()) -> list[Job]:
+def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra: list[str] = (),
+             baseline_seeds: list[int] | None = None) -> list[Job]:
+    """The runs of `names`: `seeds` of each preset, and `baseline_seeds` (default: `seeds`) of the memory-free
+    baseline of memory rows."""
     jobs = []
     for name in names:
         task = TASKS[name]
@@ -98,9 +101,11 @@ def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra:
         if scale != 1.0:  # keep a few validations in a shrunk run
             common.append(f"trainer.val_interval={max(1, epochs // 4)}")
         common += list(extra)
-        variants = [("memory", [])] + ([("ff", ["traj_encoder=ff"])] if task.baseline else [])
-        for variant, variant_overrides in variants:
-            for seed in seeds:
+        variants = [("memory", [], seeds)]
+        if task.baseline:
+            variants.append(("ff", ["traj_encoder=ff"], seeds if baseline_seeds is None else baseline_seeds))
+        for variant, variant_overrides, variant_seeds in variants:
+            for seed in variant_seeds:
                 run_dir = out / "runs" / name / variant / f"seed{seed}"
                 jobs.append(Job(name, variant, seed, run_dir, common + variant_overrides + [f"seed={seed}"]))
     return jobs
@@ -210,11 +215,12 @@ def _median(xs):
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
-def task_result(name: str, out: Path, seeds: list[int]) -> dict:
+def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int] | None = None) -> dict:
     task = TASKS[name]
     variants = {}
     for variant in ("memory", "ff") if task.baseline else ("memory",):
-        per_seed = {s: seed_result(out / "runs" / name / variant / f"seed{s}", task) for s in seeds}
+        variant_seeds = seeds if variant == "memory" or baseline_seeds is None else baseline_seeds
+        per_seed = {s: seed_result(out / "runs" / name / variant / f"seed{s}", task) for s in variant_seeds}
         finished = [r for r in per_seed.values() if r["validations"] and r["finished"]]
         unfinished = [r for r in per_seed.values() if r["validations"] and not r["finished"]]
         # figures over the finished seeds; where none finished, over the stopped ones (marked as such)
@@ -307,10 +313,10 @@ def plot_task(result: dict, out_png: Path) -> Path | None:
     return path
 
 
-def write_results(names: list[str], out: Path, seeds: list[int]) -> list[dict]:
+def write_results(names: list[str], out: Path, seeds: list[int], baseline_seeds: list[int] | None = None) -> list[dict]:
     results = []
     for name in names:
-        r = task_result(name, out, seeds)
+        r = task_result(name, out, seeds, baseline_seeds)
         (out / f"{name}.json").write_text(json.dumps(r, indent=1))
         plot_task(r, out / f"{name}.png")
         results.append(r)
@@ -333,6 +339,8 @@ def parser() -> argparse.ArgumentParser:
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default="all", help="comma-separated rows (default: all)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
+    p.add_argument("--baseline-seeds", default=None,
+                   help="seeds of the memory-free baselines of memory rows (default: --seeds; 'none': no baselines)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="runs in parallel, 1 torch thread each (default: the number of cores)")
     p.add_argument("--budget-scale", type=float, default=1.0,
@@ -357,6 +365,15 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         seeds = []
+    baseline_seeds = None
+    if args.baseline_seeds is not None:
+        try:
+            baseline_seeds = ([] if args.baseline_seeds.strip() == "none" else
+                              [int(s) for s in args.baseline_seeds.split(",") if s.strip()])
+        except ValueError:
+            print(f"amago-bench: --baseline-seeds {args.baseline_seeds!r}: give comma-separated integers or none",
+                  file=sys.stderr)
+            return 2
     if not seeds:
         print(f"amago-bench: --seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2", file=sys.stderr)
         return 2
@@ -367,14 +384,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        jobs = jobs_for(names, seeds, out, args.budget_scale, args.override)
+        jobs = jobs_for(names, seeds, out, args.budget_scale, args.override, baseline_seeds)
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             outcomes = list(pool.map(lambda j: run_job(j, log=lambda m: print(m, flush=True)), jobs))
         failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
         for j, o in failed:
             print(f"amago-bench: {j.task} {j.variant} seed {j.seed} exited {o['returncode']}: see {j.run_dir}/bench.log",
                   file=sys.stderr)
-    write_results(names, out, seeds)
+    write_results(names, out, seeds, baseline_seeds)
     print((out / "results.md").read_text(), end="")
     print(f"results: {out}/results.md, {out}/results.json, {out}/<row>.json and <row>.png")
     return 0

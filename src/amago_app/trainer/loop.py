@@ -78,6 +78,8 @@ class Trainer:
         self.guard = NonFiniteGuard(acc, t.get("max_nonfinite_updates", 10), t.mixed_precision)
         self.stop = StopRequest()  # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
         self._val_episodes = 0
+        self._last_loss: float | None = None  # of the last logged update (the console's epoch line)
+        self._last_val: float | None = None
         self.warned_no_latest = False
 
         self.ckpts = Checkpoints(self.run_dir)
@@ -291,7 +293,7 @@ class Trainer:
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)
                 advance(1)
-        self._last_loss = last.get("Loss", getattr(self, "_last_loss", None))
+        self._last_loss = last.get("Loss", self._last_loss)
         return done / max(time.perf_counter() - start, 1e-9)
 
     # --- stopping on request -------------------------------------------------------------------------
@@ -356,7 +358,7 @@ class Trainer:
             return False
         if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
             summary["updates/s"] = f"{self.update():.1f}"
-            summary["loss"] = _fmt(getattr(self, "_last_loss", None))
+            summary["loss"] = _fmt(self._last_loss)
         acc.wait_for_everyone()
         self.epoch = epoch + 1
         self.elapsed = time.time() - started
