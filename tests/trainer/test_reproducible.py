@@ -53,6 +53,17 @@ def test_same_seed_same_run(tmp_path):
     _assert_same_run(tmp_path / "a", tmp_path / "b")
 
 
+def _killed_run(tmp_path, cfg, crash_at, name):
+    """`amago-train` with `cfg` in a subprocess that SIGKILLs itself at `crash_at` (rundir.crash_point)."""
+    run_dir = tmp_path / name
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", AMAGO_CRASH_AT=crash_at)
+    r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, *cfg, f"hydra.run.dir={run_dir}"],
+                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    return run_dir
+
+
 def test_killed_and_resumed_online_run_equals_a_straight_run(tmp_path):
     """Online, with a real kill -9: the first run dies in epoch 2's first update (after the epoch-1 checkpoint,
     with buffer files and metric rows written after it); the resumed run equals a straight one bit for bit.
@@ -60,12 +71,7 @@ def test_killed_and_resumed_online_run_equals_a_straight_run(tmp_path):
     mid-episode (env.horizon=7 with 8 steps per epoch: episodes straddle every checkpoint)."""
     cfg = ["seed=3", "trainer.threads=1", "trainer.ckpt_interval=1", "env.horizon=7", "trainer.epochs=4"]
     train(compose_config(cfg), tmp_path / "straight")
-    split = tmp_path / "split"
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", AMAGO_CRASH_AT="update:7")
-    r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, *cfg, f"hydra.run.dir={split}"],
-                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    split = _killed_run(tmp_path, cfg, "update:7", "split")
     assert Checkpoints(split).saved_epochs() == [0, 1]
     train(compose_config([f"resume={split}"]), tmp_path / "unused", overrides=[f"resume={split}"])
     _assert_same_run(tmp_path / "straight", split)
@@ -76,12 +82,7 @@ def test_a_moved_run_directory_resumes_exactly(tmp_path):
     elsewhere and resumed there equals the straight run."""
     cfg = ["seed=4", "trainer.threads=1", "trainer.ckpt_interval=1", "env.horizon=7", "trainer.epochs=3"]
     train(compose_config(cfg), tmp_path / "straight")
-    first = tmp_path / "first"
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", AMAGO_CRASH_AT="update:4")
-    r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, *cfg, f"hydra.run.dir={first}"],
-                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    first = _killed_run(tmp_path, cfg, "update:4", "first")
     moved = tmp_path / "elsewhere" / "moved"
     moved.parent.mkdir()
     os.replace(first, moved)

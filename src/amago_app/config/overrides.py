@@ -121,6 +121,18 @@ TRUSTED_TARGETS = ("amago_app.*",)
 OPT_INS = ("allow_pickle",)
 
 
+def _entries(node, path: str = ""):
+    """Every dict entry of a config, depth first, without resolving interpolations: (dict node, key, dotted path)."""
+    if OmegaConf.is_dict(node):
+        for key in list(node.keys()):
+            child_path = f"{path}.{key}" if path else str(key)
+            yield node, key, child_path
+            yield from _entries(node._get_node(key), child_path)
+    elif OmegaConf.is_list(node):
+        for i, item in enumerate(node._iter_ex(resolve=False)):
+            yield from _entries(item, f"{path}[{i}]")
+
+
 def _defined_in_amago_app(target: str) -> bool:
     """Whether `target` names a public class or function *defined* in amago_app. The dotted path alone is not
     enough: `amago_app.rundir.os.system` reaches os.system through a module attribute. Locating the object only
@@ -149,29 +161,21 @@ def check_targets(cfg: DictConfig, allowed: Sequence[str] = (), source: str = "t
             return True
         return any(fnmatchcase(target, p) for p in TRUSTED_TARGETS) and _defined_in_amago_app(target)
 
-    def walk(node, path):
-        if OmegaConf.is_dict(node):
-            for key in node.keys():
-                child_path = f"{path}.{key}" if path else str(key)
-                if key == "_target_":
-                    try:
-                        target = str(node[key])  # what instantiate would import (interpolations resolved)
-                    except Exception:  # noqa: BLE001 - an unresolvable target is judged by its raw text
-                        target = str(node._get_node(key)._value())
-                    if not trusted(target):
-                        module = target.split(".")[0] if not target.startswith("amago_app.") else target
-                        raise ValueError(
-                            f"{source} has _target_ {target!r} at {path or '<root>'}, which is not defined in "
-                            f"amago_app: refused because instantiating it runs code; if you trust it, add "
-                            f"allow_targets=[{module}{'.*' if module != target else ''}]"
-                        )
-                else:
-                    walk(node._get_node(key), child_path)
-        elif OmegaConf.is_list(node):
-            for i, item in enumerate(node._iter_ex(resolve=False)):
-                walk(item, f"{path}[{i}]")
-
-    walk(cfg, "")
+    for node, key, path in _entries(cfg):
+        if key != "_target_":
+            continue
+        try:
+            target = str(node[key])  # what instantiate would import (interpolations resolved)
+        except Exception:  # noqa: BLE001 - an unresolvable target is judged by its raw text
+            target = str(node._get_node(key)._value())
+        if not trusted(target):
+            module = target.split(".")[0] if not target.startswith("amago_app.") else target
+            where = path.rpartition(".")[0] or "<root>"
+            raise ValueError(
+                f"{source} has _target_ {target!r} at {where}, which is not defined in amago_app: refused "
+                f"because instantiating it runs code; if you trust it, add "
+                f"allow_targets=[{module}{'.*' if module != target else ''}]"
+            )
 
 
 def disarm_opt_ins(cfg: DictConfig, overrides: Sequence[str], source: str) -> list[str]:
@@ -180,23 +184,12 @@ def disarm_opt_ins(cfg: DictConfig, overrides: Sequence[str], source: str) -> li
     off; a key given again on this command line (e.g. `buffer.allow_pickle=true`) is set by the overrides after."""
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
     disarmed = []
-
-    def walk(node, path):
-        if OmegaConf.is_dict(node):
-            for key in list(node.keys()):
-                child_path = f"{path}.{key}" if path else str(key)
-                if key in OPT_INS and child_path not in given:
-                    value = node._get_node(key)._value()
-                    if value is True or str(value).lower() == "true":
-                        node[key] = False
-                        disarmed.append(child_path)
-                else:
-                    walk(node._get_node(key), child_path)
-        elif OmegaConf.is_list(node):
-            for i, item in enumerate(node._iter_ex(resolve=False)):
-                walk(item, f"{path}[{i}]")
-
-    walk(cfg, "")
+    for node, key, path in _entries(cfg):
+        if key in OPT_INS and path not in given:
+            value = node._get_node(key)._value()
+            if value is True or str(value).lower() == "true":
+                node[key] = False
+                disarmed.append(path)
     for key in disarmed:
         warnings.warn(f"{source} sets {key}=true: not honoured from a saved config (such files can run code); "
                       f"give {key}=true on the command line if you trust this run's files", stacklevel=2)
