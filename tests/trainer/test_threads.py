@@ -68,3 +68,22 @@ def test_a_busy_process_is_measured_and_leaves_its_core_alone(monkeypatch):
         busy.kill()
         busy.wait()
         torch.set_num_threads(before)
+
+
+def test_an_overloaded_machine_is_reported_once(monkeypatch):
+    """The load average is the kernel's 1-minute mean, so it is set here rather than produced."""
+    before = torch.get_num_threads()
+    cores = __import__("os").cpu_count()
+    try:
+        monkeypatch.setattr(th.os, "getloadavg", lambda: (0.5 * cores, 0.0, 0.0))
+        budget = th.ThreadBudget(1)
+        budget.update()
+        assert not budget.pop_notes()
+        monkeypatch.setattr(th.os, "getloadavg", lambda: (3.0 * cores, 0.0, 0.0))
+        budget.update()
+        budget.update()
+        notes = budget.pop_notes()
+        assert len(notes) == 1 and "overloaded" in notes[0] and f"{3.0 * cores:.1f}" in notes[0], notes
+        assert "trainer.threads=1" in notes[0]
+    finally:
+        torch.set_num_threads(before)
