@@ -1,5 +1,6 @@
-"""Multi-node DDP on one machine: two `torchrun --nnodes 2` launches (one process each) meet through a c10d
-rendezvous on localhost, exactly as two machines would (gloo on CPU)."""
+"""Multi-node DDP on one machine: two `torchrun --nnodes 2` launches (one process each), or two
+`accelerate launch --num_machines 2` launches, meet through a c10d rendezvous on localhost, exactly as two
+machines would (gloo on CPU)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
 
+from amago_app.logging.metrics import read_jsonl
 from conftest import TINY
 
 TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
@@ -83,3 +86,31 @@ def test_two_node_rendezvous_one_run_dir_identical_weights_and_resume(tmp_path):
     _assert_identical(a2["agent"], b2["agent"])
     assert any(not torch.equal(v, a["agent"][k]) for k, v in a2["agent"].items())  # it trained on
     assert len(list((run / "wandb").glob("offline-run-*"))) <= 2  # the resumed main process at most one more
+
+
+def test_accelerate_launch_two_machines(tmp_path):
+    """The README's `accelerate launch --multi_gpu --num_machines 2 ...` line, on localhost (gloo on CPU)."""
+    accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
+    port, run = _free_port(), tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = []
+    for r in (0, 1):
+        procs.append(subprocess.Popen(
+            [accelerate, "launch", "--multi_gpu", "--num_machines", "2", "--machine_rank", str(r), "--num_processes",
+             "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), "--rdzv_backend", "c10d",
+             "-m", "amago_app.cli.train", *TINY, "trainer.epochs=2", "trainer.threads=1", f"hydra.run.dir={run}"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        if r == 0:
+            time.sleep(2)  # machine 0 first: it checks that the port is free
+    try:
+        logs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-4000:]
+    frames = [r["total_frames"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")]
+    assert frames == [2 * 2 * 8, 2 * 2 * 2 * 8]  # machines x actors x steps, per epoch
+    (last,) = [p for p in (run / "ckpts" / "training_states").iterdir() if p.name == "epoch_1"]
+    assert {"main.pt", "rank0.pt", "rank1.pt"} <= {p.name for p in last.iterdir()}
