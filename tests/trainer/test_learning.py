@@ -44,6 +44,7 @@ def test_without_memory_the_tmaze_stays_at_chance(tmp_path):
     assert max(success[-3:]) <= 0.75, success
 
 
+@pytest.mark.long  # ~3 min: not one of the three rows CI checks (memory, continuous, MultiTaskAgent)
 def test_cartpole_learns(tmp_path):
     train(compose_config(["env=gym", "env.id=CartPole-v1", "traj_encoder=ff", "trainer.epochs=15",
                           "trainer.val_interval=3", "logger.verbose=false", "trainer.ckpt_interval=null",
