@@ -3,7 +3,8 @@
 Commands are taken from ```bash code blocks (every line; `\\` continuations joined, `&&` chains split,
 comments dropped) and from inline code spans that start with a command of this project and have arguments
 (`amago-train env=gym`); inline spans with `<placeholders>`, `[optional parts]`, `a|b` alternatives or `...`
-are usage patterns, and `amago-train: error: ...` is a message, not commands. Each command
+are usage patterns, `amago-train: error: ...` is a message, and the table rows of docs/faults.md are bad
+inputs on purpose: none of those are commands. Each command
 is checked by the rule for its tool; a command no rule covers fails the test (add a rule, do not skip it):
 
   amago-train            compose-only, in process, with Hydra's compose API: every group, option and key of the
@@ -54,6 +55,8 @@ TRAIN_MODULE = "amago_app.cli.train"
 MODULES = {"amago-train": TRAIN_MODULE, "amago-eval": "amago_app.cli.eval", "amago-plot": "amago_app.cli.plot",
            "amago-summary": "amago_app.cli.summary", "amago-convert-minari": "amago_app.cli.convert_minari",
            "amago-bench": "amago_app.cli.bench"}
+#: docs whose table rows list bad inputs on purpose (the fault matrix): their spans are cases, not commands
+CASE_TABLES = {"docs/faults.md"}
 #: the tour's commands that train for real (with TINY appended): everything else amago-train is compose-only
 REAL_TRAIN = {"amago-train", "amago-train -m seed=0,1,2"}
 
@@ -97,7 +100,7 @@ def extract(path: Path) -> list[Command]:
             for part in ([command] if body else command.split("&&")):
                 if part.strip():
                     out.append(Command(f"{name}:{start + 1}", part.strip(), body))
-        else:
+        elif not (name in CASE_TABLES and line.lstrip().startswith("|")):
             for span in re.findall(r"`([^`]+)`", line):
                 span = span.strip()
                 # a bare tool name in prose (`amago-plot`, `accelerate launch`) is a name, not a command
