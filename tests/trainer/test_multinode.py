@@ -1,6 +1,6 @@
 """Multi-node DDP on one machine: two `torchrun --nnodes 2` launches (one process each), or two
-`accelerate launch --num_machines 2` launches, meet through a c10d rendezvous on localhost, exactly as two
-machines would (gloo on CPU)."""
+`accelerate launch --num_machines 2` launches, meet through a static rendezvous on localhost (machine 0 hosts
+the store at --master_addr:--master_port), exactly as two machines would (gloo on CPU)."""
 
 from __future__ import annotations
 
@@ -27,22 +27,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_nodes(cwd: Path, out: Path, tag: str, overrides: list[str], timeout=300) -> None:
-    """Node 0 and node 1, each `torchrun --nnodes 2 --node_rank R --nproc_per_node 1` with the same overrides."""
-    port = _free_port()
+def _run_pair(cmds: list[list[str]], cwd: Path, timeout=300) -> None:
+    """Start the two launches (machine 0 first: it hosts the rendezvous store), wait for both, and on failure
+    show both logs: when one machine dies, the other's log only says that the store went away."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(
-        [TORCHRUN, "--nnodes", "2", "--node_rank", str(r), "--nproc_per_node", "1", "--rdzv_backend", "c10d",
-         "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"amago-{tag}", WORKER, str(out), tag, *overrides],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    procs = []
+    for r, cmd in enumerate(cmds):
+        procs.append(subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+        if r == 0:
+            time.sleep(2)
     try:
         logs = [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-4000:]
+    codes = [p.returncode for p in procs]
+    assert codes == [0, 0], "\n".join(f"--- machine {r}: exit {c} ---\n{log[-3000:]}"
+                                        for r, (c, log) in enumerate(zip(codes, logs)))
+
+
+def _two_nodes(cwd: Path, out: Path, tag: str, overrides: list[str], timeout=300) -> None:
+    """Node 0 and node 1, each `torchrun --nnodes 2 --node_rank R --nproc_per_node 1` with the same overrides."""
+    port = _free_port()
+    _run_pair([[TORCHRUN, "--nnodes", "2", "--node_rank", str(r), "--nproc_per_node", "1", "--master_addr",
+                "127.0.0.1", "--master_port", str(port), WORKER, str(out), tag, *overrides] for r in (0, 1)],
+              cwd, timeout)
 
 
 def _ranks(out: Path, tag: str) -> list[dict]:
@@ -92,24 +103,10 @@ def test_accelerate_launch_two_machines(tmp_path):
     """The README's `accelerate launch --multi_gpu --num_machines 2 ...` line, on localhost (gloo on CPU)."""
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
     port, run = _free_port(), tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = []
-    for r in (0, 1):
-        procs.append(subprocess.Popen(
-            [accelerate, "launch", "--multi_gpu", "--num_machines", "2", "--machine_rank", str(r), "--num_processes",
-             "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), "--rdzv_backend", "c10d",
-             "-m", "amago_app.cli.train", *TINY, "trainer.epochs=2", "trainer.threads=1", f"hydra.run.dir={run}"],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        if r == 0:
-            time.sleep(2)  # machine 0 first: it checks that the port is free
-    try:
-        logs = [p.communicate(timeout=300)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-4000:]
+    _run_pair([[accelerate, "launch", "--multi_gpu", "--num_machines", "2", "--machine_rank", str(r),
+                "--num_processes", "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), "-m",
+                "amago_app.cli.train", *TINY, "trainer.epochs=2", "trainer.threads=1", f"hydra.run.dir={run}"]
+               for r in (0, 1)], tmp_path)
     frames = [r["total_frames"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")]
     assert frames == [2 * 2 * 8, 2 * 2 * 2 * 8]  # machines x actors x steps, per epoch
     (last,) = [p for p in (run / "ckpts" / "training_states").iterdir() if p.name == "epoch_1"]
