@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,3 +57,12 @@ def compose_config(overrides=(), tiny=True):
     setup()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return compose("config", overrides=(TINY if tiny else []) + list(overrides))
+
+
+def amago(tool: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
+    """`amago-<tool> args...` as a user runs it (tool: train / eval); HYDRA_FULL_ERROR is unset so user errors
+    print as one line, without a traceback."""
+    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
 
 import amago_app
 from amago_app.logging.metrics import read_jsonl
-from conftest import TINY
-
-
-def amago(tool: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
-    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}  # user errors: one line, no traceback
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+from conftest import TINY, amago
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
 The learner is the command's own process (an `AsyncLearner`). It starts `trainer.collectors` collector
 processes (torch.multiprocessing, spawn), each a `trainer.mode=collect` trainer on the *same* run directory:
 its own `env.parallel_actors` actors, seeds and buffer-file names (actor rank 1 + its index), reloading the
-learner's `ckpts/latest/policy.pt` before every collection epoch and writing rollouts into the run's buffer.
+learner's `ckpts/latest/policy.pt` before every collection epoch (after any pacing wait, so it acts with the
+weights of the moment it starts collecting) and writing rollouts into the run's buffer.
 The learner validates, trims the buffer, updates and publishes its weights every epoch, as in mode=both.
 
 Pacing, through three shared counters (env steps per collector, the learner's gradient steps, a stop flag):
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from amago_app.trainer import checkpointing
 from amago_app.trainer.loop import Trainer
 
 POLL_S = 0.05
@@ -118,6 +120,10 @@ class AsyncCollector(Trainer):
 
     def collect(self) -> float:
         waited = self._wait_while_ahead()
+        if waited > POLL_S and self.cfg.trainer.always_load_latest:
+            # the learner published newer weights while this collector waited (the epoch start loaded older
+            # ones): acting with those would make its whole epoch of data one learner epoch more off-policy
+            checkpointing.load_latest_policy(self)
         before = self.total_frames
         fps = super().collect()
         self.pacing.add_frames(self.index, self.total_frames - before)
