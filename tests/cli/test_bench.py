@@ -73,3 +73,14 @@ def test_bad_arguments_exit_with_one_line(capsys):
     assert len(err) == 1 and "nope" in err[0] and "tmaze_h50" in err[0]
     assert main(["--seeds", "a,b"]) == 2
     assert main(["--baseline-seeds", "x"]) == 2
+
+
+def test_cpu_seconds_to_threshold_follow_the_gradient_steps_not_the_wall_clock():
+    from amago_app.cli.bench import _cpu_to
+
+    # the machine got busy after the threshold: wall time to it is 10% of the run, its updates 40%
+    reached = {"gradient_steps": 400, "wall_time": 100.0}
+    last = {"gradient_steps": 1000, "wall_time": 1000.0}
+    assert _cpu_to(reached, last, 300.0) == 120.0
+    assert _cpu_to(None, last, 300.0) is None and _cpu_to(reached, last, None) is None
+    assert _cpu_to({"wall_time": 50.0}, {"wall_time": 100.0}, 300.0) == 150.0  # no step counts: wall share

@@ -171,6 +171,16 @@ def _val_records(run_dir: Path) -> list[dict]:
     return RunData(run_dir, {}, []).records("val")  # metrics/val.jsonl, lines cut short by a crash skipped
 
 
+def _cpu_to(reached: dict | None, last: dict | None, cpu: float | None) -> float | None:
+    """The run's CPU seconds up to the validation that reached the threshold, by the share of its gradient steps
+    done by then (updates are most of a run's cost; a share of wall time would follow the machine's load)."""
+    if not (cpu and reached and last):
+        return None
+    if last.get("gradient_steps"):
+        return cpu * (reached.get("gradient_steps") or 0) / last["gradient_steps"]
+    return cpu * reached["wall_time"] / last["wall_time"] if last.get("wall_time") else None
+
+
 def seed_result(run_dir: Path, task: Task) -> dict:
     series = score_series(_val_records(run_dir), task)
     reached = next((p for p in series if p["score"] >= task.threshold), None)
@@ -185,8 +195,7 @@ def seed_result(run_dir: Path, task: Task) -> dict:
         "run_dir": str(run_dir),
         "finished": done.is_file(),
         "cpu_seconds": cpu,
-        "cpu_seconds_to_threshold": (cpu * reached["wall_time"] / last["wall_time"]
-                                     if cpu and reached and last and last["wall_time"] else None),
+        "cpu_seconds_to_threshold": _cpu_to(reached, last, cpu),
         "validations": len(series),
         "reached": reached is not None,
         "wall_to_threshold_s": reached["wall_time"] if reached else None,
