@@ -59,10 +59,9 @@ def compose_config(overrides=(), tiny=True):
         return compose("config", overrides=(TINY if tiny else []) + list(overrides))
 
 
-def amago(tool: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
-    """`amago-<tool> args...` as a user runs it (tool: train / eval); HYDRA_FULL_ERROR is unset so user errors
-    print as one line, without a traceback."""
-    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval"}[tool]
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def amago(tool: str, *args, cwd: Path, timeout=300, **env: str) -> subprocess.CompletedProcess:
+    """`amago-<tool> args...` (tool: train, eval, summary, ...) as a user runs it, in a subprocess. HYDRA_FULL_ERROR
+    is unset so user errors print as one line, without a traceback; `env` sets further variables."""
+    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, **env}
+    return subprocess.run([sys.executable, "-m", f"amago_app.cli.{tool}", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)

@@ -8,6 +8,7 @@ import os
 import statistics
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 from amago_app.logging.metrics import read_jsonl
 from amago_app.logging.results import VAL_RETURN, load_run
 from conftest import TINY
+from conftest import amago as run_amago
 
 def _has(module: str) -> bool:
     import importlib.util
@@ -31,10 +33,8 @@ needs_submitit = pytest.mark.skipif(not _has("hydra_plugins.hydra_submitit_launc
                                     reason="needs hydra-submitit-launcher: pip install 'amago_app[cluster]'")
 
 
-def amago(module: str, *args, cwd: Path, timeout=300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", f"amago_app.cli.{module}", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+#: these tests start several processes (sweep jobs, DDP ranks): one thread each; full Hydra errors kept
+amago = partial(run_amago, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
 
 
 def _sweep_dir(cwd: Path) -> Path:
