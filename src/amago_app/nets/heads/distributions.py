@@ -55,9 +55,15 @@ class PolicyDistribution:
 
 
 def _clip_probs(probs: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """Clamp into [low, high] and renormalize by the *detached* sum (gradients stay those of the clamp)."""
+    """Clamp into [low, high] and renormalize by the live sum.
+
+    The sum must carry gradient: the Agent's online actor term is the exact expectation sum_a pi(a) Q(s, a)
+    over these probabilities, and only a live normalization keeps that gradient centred on the advantage
+    Q(s, a) - V(s). With a detached sum the gradient on an in-range probability is Q(s, a) itself, so its
+    direction follows the sign of the raw values (on logits [6, 0], Q = [5, 4] a descent step would favour the
+    worse action). Entries clamped at a bound still get no gradient of their own."""
     probs = probs.clamp(low, high)
-    return probs / probs.sum(-1, keepdim=True).detach()
+    return probs / probs.sum(-1, keepdim=True)
 
 
 def _check_clip(low: float, high: float) -> None:
@@ -94,7 +100,7 @@ class ClippedCategorical:
 
 
 class Discrete(PolicyDistribution):
-    """Softmax policy with probabilities clamped to [low, high] and renormalized by a *detached* sum."""
+    """Softmax policy with probabilities clamped to [low, high] and renormalized (a proper categorical)."""
 
     action_kind = "discrete"
 
