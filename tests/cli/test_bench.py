@@ -34,6 +34,10 @@ def test_a_tiny_run_is_measured_and_reported(tmp_path):
     assert seed["finished"] and seed["validations"] == 3 and seed["env_steps"] == 2 * 2 * 20  # 2 epochs x 2 actors
     assert seed["updates"] is not None and seed["wall_s"] > 0 and seed["cpu_seconds"] > 0
     assert not seed["reached"] and seed["updates_to_threshold"] is None  # 475 is far away: reported, not dropped
+    # both action modes, each with its own three validations; the row is judged on the preset's (greedy) one
+    assert set(seed["modes"]) == {"greedy", "sampled"}
+    assert seed["modes"]["greedy"]["scores"] == [p["score"] for p in seed["curve"]]
+    assert len(seed["modes"]["sampled"]["scores"]) == 3
     assert (out / "cartpole.png").stat().st_size > 1000
     table = (out / "results.md").read_text()
     assert "| cartpole | 475 | 0/1 |" in table

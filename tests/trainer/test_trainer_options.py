@@ -30,3 +30,27 @@ def test_compile_forces_static_batch_shapes(tmp_path):
         assert not trainer.loader.fixed_length
     finally:
         trainer.close()
+
+
+
+def test_val_both_modes_validates_the_same_tasks_greedily_and_sampled(tmp_path):
+    """`trainer.val_both_modes`: every validation also runs in the other action mode on the same tasks (the val
+    envs are reset with the same seed), logged as its own section; `val` itself stays the configured mode."""
+    import json
+
+    run = tmp_path / "run"
+    trainer = Trainer(compose_config(["trainer.val_both_modes=true", "trainer.sample_actions_val=false",
+                                      "trainer.val_episodes=4", "seed=3"]), run)
+    envs, seeds, modes = trainer.val_rollout.envs, [], []
+    reset, run_rollout = envs.reset, trainer.val_rollout.run
+    envs.reset = lambda **kw: (seeds.append(kw.get("seed")), reset(**kw))[1]
+    trainer.val_rollout.run = lambda *a, **kw: (modes.append(kw["sample"]), run_rollout(*a, **kw))[1]
+    trainer._open_outputs()
+    for _ in range(2):
+        trainer.validate()
+    trainer.close()
+    assert modes == [False, True, False, True]
+    assert seeds[0] is not None and seeds[0] == seeds[1] != seeds[2] == seeds[3]
+    read = lambda name: [json.loads(line) for line in (run / "metrics" / f"{name}.jsonl").read_text().splitlines()]
+    assert len(read("val")) == len(read("val-sampled")) == 2
+    assert all(isinstance(r["val-sampled/Average Total Return (Across All Env Names)"], float) for r in read("val-sampled"))

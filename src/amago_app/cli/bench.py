@@ -97,7 +97,9 @@ def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra:
     for name in names:
         task = TASKS[name]
         epochs = scaled_epochs(task, scale)
-        common = [f"+experiment=bench/{task.preset}", f"trainer.epochs={epochs}"]
+        # every validation runs greedy and sampled on the same tasks: the row is judged on the preset's mode,
+        # the table shows both (a lucky argmax walk and published sampled numbers are both common)
+        common = [f"+experiment=bench/{task.preset}", f"trainer.epochs={epochs}", "trainer.val_both_modes=true"]
         if scale != 1.0:  # keep a few validations in a shrunk run
             common.append(f"trainer.val_interval={max(1, epochs // 4)}")
         common += list(extra)
@@ -138,8 +140,8 @@ def run_job(job: Job, log=print) -> dict:
 
 
 # --- results ---------------------------------------------------------------------------------------------
-def _find_key(records: list[dict], pattern: str) -> str | None:
-    rx = re.compile("^val/" + re.escape(pattern).replace(r"\*", ".*") + "$")
+def _find_key(records: list[dict], pattern: str, section: str = "val") -> str | None:
+    rx = re.compile("^" + re.escape(section) + "/" + re.escape(pattern).replace(r"\*", ".*") + "$")
     for r in records:
         for k in r:
             if rx.match(k):
@@ -147,10 +149,10 @@ def _find_key(records: list[dict], pattern: str) -> str | None:
     return None
 
 
-def score_series(records: list[dict], task: Task) -> list[dict]:
+def score_series(records: list[dict], task: Task, section: str = "val") -> list[dict]:
     """The row's score at each validation: [{epoch, total_frames, gradient_steps, wall_time, score}]."""
-    key = _find_key(records, task.metric)
-    first = _find_key(records, task.first_attempt_metric) if task.first_attempt_metric else None
+    key = _find_key(records, task.metric, section)
+    first = _find_key(records, task.first_attempt_metric, section) if task.first_attempt_metric else None
     out = []
     for r in records:
         if key is None or not isinstance(r.get(key), (int, float)):
@@ -165,10 +167,25 @@ def score_series(records: list[dict], task: Task) -> list[dict]:
     return out
 
 
-def _val_records(run_dir: Path) -> list[dict]:
+def _val_records(run_dir: Path, section: str = "val") -> list[dict]:
     from amago_app.logging.curves import RunData
 
-    return RunData(run_dir, {}, []).records("val")  # metrics/val.jsonl, lines cut short by a crash skipped
+    return RunData(run_dir, {}, []).records(section)  # metrics/<section>.jsonl, lines cut short by a crash skipped
+
+
+def _modes(run_dir: Path, task: Task, series: list[dict]) -> dict[str, dict]:
+    """Best and final score per action mode ("greedy", "sampled"): `val` is the run's configured mode, the
+    other comes from `val-sampled` / `val-greedy` (trainer.val_both_modes)."""
+    modes = {}
+    for other in ("sampled", "greedy"):
+        other_series = score_series(_val_records(run_dir, f"val-{other}"), task, f"val-{other}")
+        if other_series:
+            main = "greedy" if other == "sampled" else "sampled"
+            for mode, ser in ((main, series), (other, other_series)):
+                if ser:
+                    modes[mode] = {"best": max(p["score"] for p in ser), "final": ser[-1]["score"],
+                                   "scores": [p["score"] for p in ser]}
+    return modes
 
 
 def _cpu_to(reached: dict | None, last: dict | None, cpu: float | None) -> float | None:
@@ -207,6 +224,7 @@ def seed_result(run_dir: Path, task: Task) -> dict:
         "updates": last["gradient_steps"] if last else None,
         "env_steps": last["total_frames"] if last else None,
         "updates_per_s": (last["gradient_steps"] / last["wall_time"]) if last and last["wall_time"] else None,
+        "modes": _modes(run_dir, task, series),
         "curve": series,
     }
 
@@ -251,6 +269,9 @@ def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int
             "mean_updates_per_s": _mean([r["updates_per_s"] for r in ran]),
             "median_cpu_seconds_to_threshold": _median([r["cpu_seconds_to_threshold"] for r in ran]),
             "mean_cpu_seconds": _mean([r["cpu_seconds"] for r in ran]),
+            "modes": {mode: {"mean_best": _mean([r["modes"][mode]["best"] for r in ran if mode in r["modes"]]),
+                             "mean_final": _mean([r["modes"][mode]["final"] for r in ran if mode in r["modes"]])}
+                      for mode in ("greedy", "sampled") if any(mode in r["modes"] for r in ran)},
         }
     return {"task": name, **asdict(task), "variants": variants}
 
@@ -263,10 +284,17 @@ def _fmt(x, digits=3) -> str:
     return f"{x:.{digits}g}" if isinstance(x, float) else f"{x:,}"
 
 
+def _modes_cell(modes: dict) -> str:
+    cell = lambda mode: (f"{_fmt(modes[mode]['mean_best'])} / {_fmt(modes[mode]['mean_final'])}" if mode in modes
+                         else "-")
+    return f"{cell('greedy')}; {cell('sampled')}"
+
+
 def markdown_table(results: list[dict]) -> str:
     lines = ["| row | threshold | seeds reached | wall / CPU s to threshold (median) | updates / env steps to "
-             "threshold (median) | best / final (mean) | updates/s | memory-free baseline best / final |",
-             "|---|---|---|---|---|---|---|---|"]
+             "threshold (median) | best / final (mean) | greedy / sampled validation: best / final (mean) | "
+             "updates/s | memory-free baseline best / final |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         m = r["variants"]["memory"]
         if m["partial"] and m["seeds_run"]:
@@ -276,7 +304,7 @@ def markdown_table(results: list[dict]) -> str:
         else:
             partial = ""
         if not m["seeds_run"]:
-            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | |")
+            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | | |")
             continue
         ff = r["variants"].get("ff")
         base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
@@ -288,7 +316,7 @@ def markdown_table(results: list[dict]) -> str:
             f"{'-' if wall is None else f'{wall:.0f} s'} / {'-' if cpu is None else f'{cpu:.0f} s'} | "
             f"{_fmt(m['median_updates_to_threshold'])} / "
             f"{_fmt(m['median_env_steps_to_threshold'])} | {_fmt(m['mean_best'])} / {_fmt(m['mean_final'])} | "
-            f"{_fmt(m['mean_updates_per_s'])} | {base} |")
+            f"{_modes_cell(m.get('modes', {}))} | {_fmt(m['mean_updates_per_s'])} | {base} |")
     return "\n".join(lines) + "\n"
 
 

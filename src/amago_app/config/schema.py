@@ -498,6 +498,9 @@ class TrainerConfig:
     force_reset_train_envs_every: Optional[int] = None
     sample_actions_train: bool = True
     sample_actions_val: bool = True
+    val_both_modes: bool = False
+    """Also validate with the other action mode (sampled when sample_actions_val is false, greedy otherwise) and
+    log it as the section `val-sampled` / `val-greedy`; `val` (best checkpoint, thresholds) is unchanged."""
     batch_size: int = 24
     """Sequences per process per update."""
     batches_per_update: int = 1

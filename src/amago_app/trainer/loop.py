@@ -164,6 +164,7 @@ class Trainer:
         """One validation: `trainer.val_episodes` fresh episodes split evenly over every actor of every process
         (or, with val_episodes=null, `val_timesteps_per_epoch` steps of every actor)."""
         t = self.cfg.trainer
+        task_seed = self.val_rollout.seed
         self.val_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         steps, quota = t.val_timesteps_per_epoch, None
@@ -183,17 +184,36 @@ class Trainer:
         summary = stats.summary()
         summary["Env FPS (per process)"] = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
         self._val_episodes = int(self._sum_over_processes(stats.episodes))
-        if self.accelerator.num_processes > 1:  # average every metric over the processes that report it
-            gathered = gather_object([summary])
-            keys = {k for s in gathered for k in s}
-            summary = {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
+        summary = self._mean_over_processes(summary)
         summary["Episodes (All Processes)"] = self._val_episodes
         self.log("val", summary)
         self.last_val_summary = summary
+        if t.val_both_modes:
+            self._validate_other_mode(steps, quota, task_seed)
         value = summary.get("Average Total Return (Across All Env Names)")
         if value is not None and self.is_main and np.isfinite(value) and self._healthy():
             self._keep_best(value)
         return value
+
+    def _validate_other_mode(self, steps: int, quota, task_seed: int | None) -> None:
+        """The same validation, on the same tasks (the env seed of the validation just run), with the other action
+        mode (greedy <-> sampled), logged as its own section: an untrained argmax policy can look lucky where
+        sampling does not, and published numbers use either."""
+        t = self.cfg.trainer
+        self.val_rollout.seed = task_seed
+        self.val_rollout.reset(self.agent, self.device)
+        stats = self.val_rollout.run(self.agent, self.device, steps, sample=not t.sample_actions_val,
+                                     episodes=quota, autocast=self.rollout_autocast, stop=self._interrupted)
+        summary = self._mean_over_processes(stats.summary())
+        self.log("val-greedy" if t.sample_actions_val else "val-sampled", summary)
+
+    def _mean_over_processes(self, summary: dict) -> dict:
+        """Every metric averaged over the processes that report it."""
+        if self.accelerator.num_processes == 1:
+            return summary
+        gathered = gather_object([summary])
+        keys = {k for s in gathered for k in s}
+        return {k: float(np.mean([s[k] for s in gathered if k in s])) for k in keys}
 
     def _sum_over_processes(self, value: float) -> float:
         if self.accelerator.num_processes == 1:
