@@ -456,6 +456,66 @@ def test_action_critic_matches_naive_concat_mlp(kind):
                 torch.testing.assert_close(out[k, :, :, c, g], ref, rtol=1e-4, atol=1e-5)
 
 
+def naive_critic_float64(critic, s, a=None):
+    """Every member, gamma and action sample as its own float64 MLP on the concatenated input (the definition the
+    batched ensemble implements): (K, B, L, C, G, out), K = 1 for a state-only (discrete) critic."""
+    act = torch.nn.LeakyReLU(0.01)
+    s = s.double()
+    gf = gamma_features(GAMMAS).double()
+    K = 1 if a is None else a.shape[0]
+    members = []
+    for c in range(critic.num_critics):
+        per_k = []
+        for k in range(K):
+            if a is None:
+                x, w1 = s, critic.w_state[c].double()
+            else:
+                x = torch.cat([s.unsqueeze(2).expand(-1, -1, len(GAMMAS), -1), gf.expand(*s.shape[:2], -1, 1),
+                               a[k].double().clamp(-0.999, 0.999)], -1)
+                w1 = torch.cat([critic.w_state[c], critic.w_gamma[c], critic.w_action[c]], 0).double()
+            h = act(x @ w1 + critic.b_first[c, 0].double())
+            for layer in critic.hidden:
+                h = act(h @ layer.weight[c].double() + layer.bias[c, 0].double())
+            out = h @ critic.out.weight[c].double() + critic.out.bias[c, 0].double()
+            per_k.append(out.view(*s.shape[:2], len(GAMMAS), -1) if a is None else out)
+        members.append(torch.stack(per_k))
+    return torch.stack(members, 3)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "continuous"])
+def test_critic_values_and_gradients_match_a_float64_naive_ensemble(kind):
+    """The batched layers (first layer as one fused GEMM, hidden layers as batched GEMMs) compute each member's
+    plain MLP: values and the gradients of the state and every parameter to float32 rounding."""
+    torch.manual_seed(1)
+    critic = make_critic(kind, C=4)
+    s = torch.randn(3, 5, 6, requires_grad=True)
+    a = None if kind == "discrete" else torch.rand(2, 3, 5, 3, A) * 2 - 1
+    out = critic(s) if a is None else critic(s, a)
+    if a is None:
+        out = out.unsqueeze(0)  # (1, B, L, C, G, n)
+    weights = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weights).sum(), [s, *critic.parameters()])
+    ref = naive_critic_float64(critic, s, a)
+    ref_grads = torch.autograd.grad((ref * weights.double()).sum(), [s, *critic.parameters()])
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.double(), r.double(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "continuous"])
+def test_critic_layers_stay_in_bf16_under_autocast(kind):
+    """Under bf16 autocast the first layer's output (bias included) is bf16: a float32 bias added after the GEMM
+    would promote it to float32 and the next batched GEMM would convert it back, two passes over the largest
+    activations of the update."""
+    critic = make_critic(kind, C=4)
+    s = torch.randn(3, 5, 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        first = critic._state_part(s, detach_params=False)
+        out = critic(s) if kind == "discrete" else critic(s, torch.rand(2, 3, 5, 3, A) * 2 - 1)
+    assert first.dtype == torch.bfloat16 and first.is_contiguous()
+    assert out.dtype == torch.bfloat16
+
+
 def test_discrete_critic_values_and_detach():
     critic = make_critic("discrete")
     s = torch.randn(2, 4, 6)

@@ -9,7 +9,8 @@ from conftest import compose_config
 
 
 @pytest.mark.parametrize("override, message", [
-    ("trainer.mixed_precision=fp8", r"trainer.mixed_precision='fp8' is not one of \('no', 'bf16', 'fp16'\)"),
+    ("trainer.mixed_precision=fp8", r"trainer.mixed_precision='fp8' is not one of \('auto', 'no', 'bf16', 'fp16'\)"),
+    ("trainer.compile=maybe", r"trainer.compile='maybe' is not one of \(auto, true, false\)"),
     ("trainer.compile_mode=fastest", r"trainer.compile_mode='fastest' is not one of \('default', 'reduce-overhead'"),
 ])
 def test_bad_precision_or_compile_mode_fails_before_the_run_exists(tmp_path, override, message):
@@ -54,3 +55,30 @@ def test_val_both_modes_validates_the_same_tasks_greedily_and_sampled(tmp_path):
     read = lambda name: [json.loads(line) for line in (run / "metrics" / f"{name}.jsonl").read_text().splitlines()]
     assert len(read("val")) == len(read("val-sampled")) == 2
     assert all(isinstance(r["val-sampled/Average Total Return (Across All Env Names)"], float) for r in read("val-sampled"))
+
+
+def test_the_optimizer_is_fused_adamw_and_steps_as_torchs_default(tmp_path):
+    """The update's AdamW runs torch's fused kernel (one kernel for all parameters, 3-4x cheaper than the
+    per-parameter loop on CPU) and moves the weights as torch's default AdamW does, to float rounding."""
+    import torch
+
+    from amago_app.trainer.build import adamw
+
+    trainer = Trainer(compose_config([]), tmp_path / "run")
+    try:
+        assert trainer.optimizer.optimizer.defaults["fused"] is True
+    finally:
+        trainer.close()
+    torch.manual_seed(0)
+    shapes = [(16, 8), (8,), (3, 8, 4), ()]
+    fused = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    plain = [torch.nn.Parameter(p.detach().clone()) for p in fused]
+    opts = [adamw(fused, lr=1e-2, weight_decay=1e-3), torch.optim.AdamW(plain, lr=1e-2, weight_decay=1e-3)]
+    for _ in range(5):
+        grads = [torch.randn(s) for s in shapes]
+        for params, opt in zip((fused, plain), opts):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            opt.step()
+    for f, p in zip(fused, plain):
+        torch.testing.assert_close(f, p, rtol=1e-6, atol=1e-6)

@@ -512,12 +512,15 @@ class TrainerConfig:
     """Updates in a row with a non-finite loss or gradient (each one skipped and counted) before the run stops
     with an error naming the last good checkpoint."""
     l2_coeff: float = 1e-3
-    mixed_precision: str = "no"
-    """no | bf16 | fp16."""
+    mixed_precision: str = "auto"
+    """auto | no | bf16 | fp16. auto: bf16 autocast where the device computes bf16 natively (CPUs with AVX512-BF16 /
+    AMX-BF16 / Arm BF16, GPUs with torch.cuda.is_bf16_supported()), fp32 (no) elsewhere; the start-up lines say
+    what it chose."""
     log_interval: int = 300
     """Log train-update metrics every this many gradient steps."""
-    compile: bool = False
-    """torch.compile the update (inductor, static shapes; worth it on GPUs, marginal on CPUs)."""
+    compile: Any = "auto"
+    """auto | true | false: torch.compile the update (inductor, static shapes). auto: on CUDA only (on CPUs it
+    measured slower than eager); the first update's time, compilation included, is printed and logged."""
     compile_mode: Optional[str] = "default"
     """torch.compile mode: default | reduce-overhead (adds CUDA graphs) | max-autotune."""
     cpu: bool = False

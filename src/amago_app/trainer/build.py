@@ -28,9 +28,10 @@ from amago_app.envs.vector import ENV_MODES, actor_seed, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
+from amago_app.trainer.hardware import (Choice, choose_compile, choose_precision, cpu_flags, detect_cuda_bf16,
+                                        device_type)
 from amago_app.trainer.rollout import Rollout
 
-PRECISIONS = ("no", "bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
 
 
@@ -150,12 +151,20 @@ def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
 
 
 # --- the trainer's parts ---------------------------------------------------------------------------------
-def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
-    """Checks the trainer options that `accelerate` consumes and builds the Accelerator (the thread count is set
-    before, by `trainer/threads.py`)."""
+def speed_settings(cfg: DictConfig) -> tuple[Choice, Choice]:
+    """(precision, compile) as they apply on this machine: `trainer.mixed_precision` / `trainer.compile`, with
+    `auto` decided from the device's capabilities (trainer/hardware.py). Bad values raise ValueError."""
     t = cfg.trainer
-    if t.mixed_precision not in PRECISIONS:
-        raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
+    dev = device_type(bool(t.cpu))
+    precision = choose_precision(t.mixed_precision, dev, cpu_flags(), dev == "cuda" and detect_cuda_bf16())
+    return precision, choose_compile(t.get("compile", "auto"), dev)
+
+
+def build_accelerator(cfg: DictConfig, run_dir: str | Path, precision: str = "no",
+                      compile: bool = False) -> Accelerator:
+    """Checks the trainer options that `accelerate` consumes and builds the Accelerator with the precision and
+    compilation `speed_settings` chose (the thread count is set before, by `trainer/threads.py`)."""
+    t = cfg.trainer
     for key, low in (("epochs", 0), ("batch_size", 1), ("batches_per_update", 1), ("train_batches_per_epoch", 0),
                      ("train_timesteps_per_epoch", 0), ("val_timesteps_per_epoch", 0), ("log_interval", 1)):
         if t.get(key) is not None and t.get(key) < low:
@@ -163,7 +172,7 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
     if t.get("compile_mode") not in COMPILE_MODES:
         raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
     dynamo = None
-    if t.get("compile"):
+    if compile:
         # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
         # mode=reduce-overhead adds CUDA graphs on GPUs
         dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
@@ -175,7 +184,7 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
         log_with = ["tensorboard"]  # accelerate's tracker: event files under {run_dir}/tensorboard/
     return Accelerator(
         cpu=t.cpu or not torch.cuda.is_available(),
-        mixed_precision=t.mixed_precision,
+        mixed_precision=precision,
         gradient_accumulation_steps=t.batches_per_update,
         dynamo_plugin=dynamo,
         log_with=log_with,
@@ -208,11 +217,12 @@ def build_rollouts(cfg: DictConfig, rank: int, run_dir: Path) -> tuple[Rollout, 
     return train, val
 
 
-def build_loader(cfg: DictConfig, dataset: RLDataset, rank: int, device: torch.device) -> BatchLoader:
+def build_loader(cfg: DictConfig, dataset: RLDataset, rank: int, device: torch.device,
+                 compile: bool = False) -> BatchLoader:
     t = cfg.trainer
     return BatchLoader(
         dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
-        cfg.buffer.fixed_length or bool(t.get("compile")),
+        cfg.buffer.fixed_length or compile,
         cfg.buffer.prefetch, seed=cfg.seed, rank=rank, pin_memory=device.type == "cuda",
     )
 
@@ -221,6 +231,17 @@ def lr_warmup(warmup_steps: int):
     """LR multiplier of gradient step `step` (0-based): linear warmup (step + 1) / warmup, then 1."""
     warmup = max(int(warmup_steps), 0)
     return lambda step: min((step + 1) / warmup, 1.0) if warmup else 1.0
+
+
+def adamw(params, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel where this torch has one for the parameters' device (CPU since torch 2.4,
+    CUDA): one kernel over all parameters instead of a Python loop over them, 3-4x cheaper per step on CPU, the
+    same update to float rounding. Elsewhere torch's default implementation."""
+    params = list(params)
+    try:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # no fused kernel for this device / torch version
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
 def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv
@@ -233,7 +254,7 @@ def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv
     set_seed(cfg.seed)
     agent = build_agent(cfg, envs)
     set_seed(cfg.seed + acc.process_index)
-    optimizer = torch.optim.AdamW(agent.trainable_parameters(), lr=t.learning_rate, weight_decay=t.l2_coeff)
+    optimizer = adamw(agent.trainable_parameters(), lr=t.learning_rate, weight_decay=t.l2_coeff)
     # stepped once per gradient step by the loop (not by accelerate, which would step it once per process)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_warmup(t.lr_warmup_steps))
     # DDP options depend on the agent (unused critics under plain BC), known only now; prepare() reads this

@@ -31,6 +31,7 @@ from amago_app.trainer.build import (
     build_outputs,
     build_rollouts,
     shared_run_dir,
+    speed_settings,
 )
 from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
 from amago_app.trainer.modes import effective_config, has_edit_rights
@@ -52,7 +53,9 @@ class Trainer:
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
         self.threads = ThreadBudget(t.get("threads", "auto"))  # before any torch work: sizes the thread pool
-        self.accelerator = acc = build_accelerator(cfg, run_dir)
+        # `auto` precision / compilation decided from what this machine does natively (trainer/hardware.py)
+        self.precision, self.compiled = speed_settings(cfg)
+        self.accelerator = acc = build_accelerator(cfg, run_dir, self.precision.value, self.compiled.value)
         self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
         self.actor_rank = self.rank if actor_rank is None else actor_rank
         self.run_dir = shared_run_dir(acc, run_dir)
@@ -63,7 +66,7 @@ class Trainer:
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.dataset = build_buffer(cfg, self.run_dir)
         self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
-        self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device)
+        self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device, self.compiled.value)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
         if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
@@ -75,7 +78,8 @@ class Trainer:
         self.total_frames = 0
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
-        self.guard = NonFiniteGuard(acc, t.get("max_nonfinite_updates", 10), t.mixed_precision)
+        self.guard = NonFiniteGuard(acc, t.get("max_nonfinite_updates", 10), self.precision.value)
+        self.compile_seconds: float | None = None  # the first (compiling) update's wall time, when compiled
         self.stop = StopRequest()  # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
         self._val_episodes = 0
         self._last_loss: float | None = None  # of the last logged update (the console's epoch line)
@@ -104,6 +108,10 @@ class Trainer:
     def log(self, section: str, metrics: dict) -> dict[str, float]:
         return self.logger.log(section, metrics, self.x_axes()) if self.logger else {}
 
+    @property
+    def precision_name(self) -> str:
+        return {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}[self.precision.value]
+
     def describe(self) -> None:
         if not self.console or not self.console.enabled:
             return
@@ -116,7 +124,8 @@ class Trainer:
             f"actions {self.train_envs.action_space}\n"
             f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
-            f"{c.trainer.mixed_precision}, torch threads {self.threads.describe()}\n"
+            f"{self.precision_name} ({self.precision.reason}), compile {'on' if self.compiled.value else 'off'} "
+            f"({self.compiled.reason}), torch threads {self.threads.describe()}\n"
             f"  buffer {self.dataset.get_description()}"
         )
         self._print_thread_notes()
@@ -266,6 +275,11 @@ class Trainer:
                 self.gradient_steps += 1
         if log_step:
             metrics["Non-finite Updates Skipped"] = self.guard.skipped
+            # what trainer.mixed_precision / trainer.compile (auto by default) chose on this machine
+            metrics["bf16 Autocast"] = float(self.precision.value == "bf16")
+            metrics["Compiled"] = float(self.compiled.value)
+            if self.compile_seconds is not None:
+                metrics["Compile Time (s)"] = self.compile_seconds
             metrics["Loss"] = loss.detach()
             metrics["Learning Rate"] = self.scheduler.get_last_lr()[0]
         return metrics
@@ -308,7 +322,12 @@ class Trainer:
                     break
                 done += 1
                 log_step = self.gradient_steps % t.log_interval == 0
+                first_compiled = self.compiled.value and self.compile_seconds is None
+                step_start = time.perf_counter()
                 metrics = self.train_step(batch, log_step)
+                if first_compiled:  # torch.compile traces and compiles the update on its first call
+                    self.compile_seconds = time.perf_counter() - step_start
+                    self.console.print(f"compiled the update in {self.compile_seconds:.1f} s (the first update)")
                 crash_point("update")
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)

@@ -101,9 +101,14 @@ class _CriticEnsemble(nn.Module):
         return self.out(h, detach_params)
 
     def _state_part(self, state: torch.Tensor, detach_params: bool) -> torch.Tensor:
+        """The first layer's state block and bias for every critic, (C, B*L, H), as one batched GEMM with the bias
+        fused and a contiguous result: under autocast it stays in the autocast dtype (a separate float32 bias
+        add would promote it, and every later layer would convert it back), and the later layers' batched GEMMs
+        read it without copies."""
         b, l, d = state.shape
-        s = torch.einsum("nd,cdh->cnh", state.reshape(b * l, d), self._p(self.w_state, detach_params))
-        return s + self._p(self.b_first, detach_params)  # (C, B*L, H)
+        c = self.w_state.shape[0]
+        return torch.baddbmm(self._p(self.b_first, detach_params), state.reshape(1, b * l, d).expand(c, -1, -1),
+                             self._p(self.w_state, detach_params))
 
     def _action_forward(self, state: torch.Tensor, actions: torch.Tensor, detach_params: bool) -> torch.Tensor:
         """state (B, L, D), actions (K, B, L, G, A) -> (K, B, L, C, G, d_out)."""

@@ -1,0 +1,93 @@
+"""Precision and compilation chosen for the machine (`trainer.mixed_precision=auto`, `trainer.compile=auto`).
+
+The choices are pure functions of what the machine can do (CPU flags, whether the GPU has bf16), so they are
+tested without the hardware; `detect_*` reads the capabilities of the machine the run is on.
+
+* **Precision.** bf16 autocast where the device multiplies bf16 natively: CPUs with AVX512-BF16 or AMX-BF16
+  (x86) or the BF16 extension (Arm), GPUs for which `torch.cuda.is_bf16_supported()` (Ampere and newer); fp32
+  everywhere else. Measured on the reference workload (AMD EPYC Zen 4 with AVX512-BF16, 1 torch thread): one
+  update costs 74 ms of CPU in bf16 against 137 ms in fp32; without native bf16 instructions torch converts
+  every product in software and bf16 is slower than fp32, hence fp32 there. fp16 is never chosen
+  automatically: it needs loss scaling and overflows where bf16 does not.
+* **Compilation.** `torch.compile` of the update on CUDA only. On CPUs inductor made the same update slower
+  (Zen 4, torch 2.13: 84 ms of CPU per update against 69 ms eager in bf16, 8.2 against 9.5 updates/s in fp32)
+  after 50-90 s of compilation; on GPUs it fuses the many small kernels of a ~1 M parameter model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("no", "bf16", "fp16")
+#: CPU feature flags (/proc/cpuinfo) of native bf16 arithmetic: x86 AVX512-BF16, AMX-BF16; Arm BF16
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A setting as it applies to this run, and why (one phrase for the start-up lines)."""
+
+    value: object
+    reason: str
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU's feature flags: `flags` (x86) or `Features` (Arm) of /proc/cpuinfo; empty where there is none."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def detect_cuda_bf16() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def choose_precision(setting: str, device_type: str, flags: frozenset[str] | set[str], cuda_bf16: bool) -> Choice:
+    """`trainer.mixed_precision` as it applies on `device_type` ("cpu" / "cuda") with these capabilities."""
+    if setting in PRECISIONS:
+        return Choice(setting, "trainer.mixed_precision")
+    if setting != "auto":
+        raise ValueError(f"trainer.mixed_precision={setting!r} is not one of {('auto',) + PRECISIONS}")
+    if device_type == "cuda":
+        return (Choice("bf16", "auto: the GPU computes bf16 natively") if cuda_bf16
+                else Choice("no", "auto: the GPU has no native bf16"))
+    native = sorted(set(flags) & set(NATIVE_BF16_CPU_FLAGS))
+    if native and device_type == "cpu":
+        return Choice("bf16", f"auto: the CPU has {'/'.join(native)}")
+    return Choice("no", f"auto: no native bf16 on this {device_type.upper()}")
+
+
+def parse_compile(setting) -> bool | None:
+    """`trainer.compile`: true / false, or None for auto; anything else is an error."""
+    if isinstance(setting, bool):
+        return setting
+    if isinstance(setting, str) and setting.strip().lower() in ("auto", "true", "false"):
+        return {"auto": None, "true": True, "false": False}[setting.strip().lower()]
+    if setting is None:
+        return None
+    raise ValueError(f"trainer.compile={setting!r} is not one of (auto, true, false)")
+
+
+def choose_compile(setting, device_type: str) -> Choice:
+    """`trainer.compile` as it applies on `device_type`: auto compiles on CUDA only (see the module doc)."""
+    fixed = parse_compile(setting)
+    if fixed is not None:
+        return Choice(fixed, "trainer.compile")
+    if device_type == "cuda":
+        return Choice(True, "auto: on for CUDA")
+    return Choice(False, f"auto: off on {device_type.upper()}, where compiling measured slower")
+
+
+def device_type(cpu_only: bool) -> str:
+    """The device type the Accelerator will pick (`trainer.cpu`, or no GPU: cpu)."""
+    return "cpu" if cpu_only or not torch.cuda.is_available() else "cuda"

@@ -1,0 +1,89 @@
+"""trainer.mixed_precision=auto / trainer.compile=auto: the choices as functions of the machine's capabilities,
+and a run with the auto defaults (what this machine chooses) that builds and trains."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from amago_app.trainer import build as build_module
+from amago_app.trainer.hardware import (choose_compile, choose_precision, cpu_flags, detect_cuda_bf16,
+                                        device_type, parse_compile)
+from amago_app.trainer.loop import Trainer
+from conftest import compose_config
+
+ZEN4 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
+ICELAKE = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n"
+SAPPHIRE = "processor\t: 0\nflags\t\t: avx512f amx_bf16 amx_tile\n"
+GRAVITON3 = "processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd sve bf16 i8mm\n"
+
+
+def test_cpu_flags_read_x86_and_arm_cpuinfo():
+    assert "avx512_bf16" in cpu_flags(ZEN4)
+    assert "bf16" in cpu_flags(GRAVITON3)
+    assert cpu_flags("no such lines") == frozenset()
+
+
+@pytest.mark.parametrize("cpuinfo, chosen", [(ZEN4, "bf16"), (SAPPHIRE, "bf16"), (GRAVITON3, "bf16"),
+                                             (ICELAKE, "no"), ("", "no")])
+def test_auto_precision_on_cpu_is_bf16_only_with_native_bf16(cpuinfo, chosen):
+    choice = choose_precision("auto", "cpu", cpu_flags(cpuinfo), cuda_bf16=False)
+    assert choice.value == chosen
+    assert choice.reason.startswith("auto")
+
+
+def test_auto_precision_on_cuda_follows_the_gpus_bf16_support():
+    assert choose_precision("auto", "cuda", frozenset(), cuda_bf16=True).value == "bf16"
+    assert choose_precision("auto", "cuda", cpu_flags(ZEN4), cuda_bf16=False).value == "no"  # a V100 / T4
+
+
+@pytest.mark.parametrize("setting", ["no", "bf16", "fp16"])
+def test_an_explicit_precision_is_kept(setting):
+    assert choose_precision(setting, "cpu", cpu_flags(ICELAKE), cuda_bf16=False).value == setting
+
+
+def test_a_bad_precision_names_the_choices():
+    with pytest.raises(ValueError, match=r"'fp8' is not one of \('auto', 'no', 'bf16', 'fp16'\)"):
+        choose_precision("fp8", "cpu", frozenset(), cuda_bf16=False)
+
+
+def test_auto_compile_is_on_for_cuda_only():
+    assert choose_compile("auto", "cuda").value is True
+    assert choose_compile("auto", "cpu").value is False
+    assert choose_compile(True, "cpu").value is True and choose_compile("false", "cuda").value is False
+    assert parse_compile(None) is None  # an empty value means auto
+    with pytest.raises(ValueError, match=r"trainer.compile=3 is not one of \(auto, true, false\)"):
+        parse_compile(3)
+
+
+def _train_one_epoch(tmp_path, overrides=()):
+    trainer = Trainer(compose_config(["trainer.epochs=1", *overrides]), tmp_path / "run")
+    trainer.autocast_used = trainer.accelerator.mixed_precision  # what accelerate runs the update in
+    trainer.learn()
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics/train-update.jsonl").read_text().splitlines()]
+    return trainer, rows
+
+
+def test_the_auto_defaults_build_and_train_with_this_machines_choice(tmp_path, capsys):
+    """The defaults are auto; a tiny run composes, builds, trains an epoch and says what auto chose."""
+    cfg = compose_config([])
+    assert cfg.trainer.mixed_precision == "auto" and cfg.trainer.compile == "auto"
+    expected = choose_precision("auto", device_type(False), cpu_flags(), detect_cuda_bf16())
+    trainer, rows = _train_one_epoch(tmp_path, ["logger.verbose=true", "logger.console=plain"])
+    assert trainer.precision == expected and trainer.compiled.value is (device_type(False) == "cuda")
+    assert trainer.autocast_used == expected.value
+    assert trainer.gradient_steps == 3 and all(r["train-update/Loss"] == r["train-update/Loss"] for r in rows)
+    assert rows[0]["train-update/bf16 Autocast"] == float(expected.value == "bf16")
+    assert rows[0]["train-update/Compiled"] == float(trainer.compiled.value)
+    out = capsys.readouterr().out
+    assert f"({expected.reason})" in out and "compile off (auto: off on CPU" in out
+
+
+@pytest.mark.parametrize("flags, autocast", [(frozenset(), 0.0), (frozenset({"avx512_bf16"}), 1.0)])
+def test_auto_precision_trains_in_what_the_cpu_flags_allow(tmp_path, monkeypatch, flags, autocast):
+    """The same run on a CPU without native bf16 trains in fp32, with it in bf16 (the flags are what differs)."""
+    monkeypatch.setattr(build_module, "cpu_flags", lambda: flags)
+    trainer, rows = _train_one_epoch(tmp_path, ["trainer.cpu=true"])
+    assert trainer.autocast_used == ("bf16" if autocast else "no")
+    assert rows[0]["train-update/bf16 Autocast"] == autocast
