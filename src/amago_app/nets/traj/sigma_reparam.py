@@ -32,23 +32,37 @@ class SigmaReparamLinear(nn.Module):
         sigma = torch.dot(self.u.clone(), torch.mv(self.weight, self.v.clone()))
         return self.weight * (self.gamma / sigma)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _weight(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             self._cached = None
             with torch.no_grad():
                 w = self.weight.detach().float()
                 self.u.copy_(F.normalize(w @ self.v, dim=0))
                 self.v.copy_(F.normalize(w.T @ self.u, dim=0))
-            return F.linear(x, self.effective_weight(), self.bias)
+            return self.effective_weight()
         if torch.is_grad_enabled():
-            return F.linear(x, self.effective_weight(), self.bias)
+            return self.effective_weight()
         # rollouts: W_hat only changes when the parameters or u, v do (in-place updates bump _version)
         key = (self.weight._version, self.gamma._version, self.u._version, self.weight.data_ptr(), x.device)
         cached = getattr(self, "_cached", None)
         if cached is None or cached[0] != key:
             cached = self._cached = (key, self.effective_weight())
-        return F.linear(x, cached[1], self.bias)
+        return cached[1]
+
+    def forward(self, x: torch.Tensor, input_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """W_hat x + b, or W_hat (x * input_scale) + b with `input_scale` (d_in,) folded into W_hat's columns."""
+        w = self._weight(x)
+        return F.linear(x, w if input_scale is None else w * input_scale, self.bias)
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose forward takes an optional `input_scale` (d_in,), folded into the weight's columns."""
+
+    def forward(self, x: torch.Tensor, input_scale: torch.Tensor | None = None) -> torch.Tensor:
+        w = self.weight if input_scale is None else self.weight * input_scale
+        return F.linear(x, w, self.bias)
 
 
 def linear(d_in: int, d_out: int, bias: bool, sigma_reparam: bool) -> nn.Module:
-    return SigmaReparamLinear(d_in, d_out, bias) if sigma_reparam else nn.Linear(d_in, d_out, bias=bias)
+    """A σReparam or a plain linear layer; both accept `forward(x, input_scale=None)`."""
+    return SigmaReparamLinear(d_in, d_out, bias) if sigma_reparam else Linear(d_in, d_out, bias=bias)
