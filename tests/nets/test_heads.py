@@ -144,6 +144,18 @@ def test_discrete_clipping_samples_logprobs():
     assert soft.min() > 0 and torch.allclose(soft.sum(-1), torch.ones(2))
 
 
+def test_discrete_samples_follow_the_clipped_probabilities():
+    """Sampling inverts the cumulative probabilities: every index in range, frequencies those of `probs`
+    (including a probability clipped at the lower bound), sample_shape in front."""
+    torch.manual_seed(0)
+    raw = torch.tensor([[8.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0], [-3.0, 2.0, 0.5, 0.0]])
+    d = Discrete(clip_prob_low=0.01, clip_prob_high=0.99)(raw)
+    s = d.sample((40_000,))
+    assert s.shape == (40_000, 3, 1) and s.min() >= 0 and s.max() < 4
+    freq = F.one_hot(s[..., 0], 4).float().mean(0)
+    torch.testing.assert_close(freq, d.probs, atol=0.008, rtol=0.0)
+
+
 def clipped_categorical_log_prob(raw: torch.Tensor, index: torch.Tensor, low=0.001, high=0.99) -> torch.Tensor:
     """The original AMAGO's discrete policy written out step by step (float64): softmax, clamp into
     [low, high], divide by the detached sum, then the Categorical's own normalization."""

