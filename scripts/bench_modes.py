@@ -26,6 +26,8 @@ RUNS = {
     # the default command; torch uses both cores for the update
     "both": ["trainer.threads=2"],
     "both-1thread": ["trainer.threads=1"],
+    # collection in a thread beside the update (trainer.overlap_collection; auto keeps one core for it)
+    "both-overlap": ["trainer.overlap_collection=true"],
     # one collector (1 thread) stepping 8 envs while the learner (1 thread) updates
     "async": ["trainer.mode=async", "trainer.collectors=1", "trainer.collector_threads=1", "trainer.threads=1"],
     "async-2": ["trainer.mode=async", "trainer.collectors=2", "trainer.collector_threads=1", "trainer.threads=1"],

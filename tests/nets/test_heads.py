@@ -21,6 +21,7 @@ from amago_app.nets.heads.critics import (
 )
 from amago_app.nets.heads.distributions import (
     GMM,
+    sampling_generator,
     Beta,
     Discrete,
     DiscreteLikeContinuous,
@@ -154,6 +155,30 @@ def test_discrete_samples_follow_the_clipped_probabilities():
     assert s.shape == (40_000, 3, 1) and s.min() >= 0 and s.max() < 4
     freq = F.one_hot(s[..., 0], 4).float().mean(0)
     torch.testing.assert_close(freq, d.probs, atol=0.008, rtol=0.0)
+
+
+@pytest.mark.parametrize("factory", [Discrete(), DiscreteLikeContinuous(), Multibinary(), TanhGaussian(), GMM(),
+                                     Beta()], ids=lambda f: type(f).__name__)
+def test_sampling_generator_draws_from_its_own_generator_with_the_same_distribution(factory):
+    """Inside `sampling_generator(g)` a thread's samples come from `g` only (the same draws whatever else uses
+    torch's default generator meanwhile) and follow the same distribution as the default samples."""
+    torch.manual_seed(0)
+    raw = torch.randn(2, 3, factory.input_dim(A))
+    dist = factory(raw)
+
+    def own(seed):
+        with sampling_generator(torch.Generator().manual_seed(seed)):
+            first = dist.sample((4000,))
+            torch.rand(100)  # another user of the default generator in between
+            return first, dist.sample((3,))
+
+    a, b = own(7), own(7)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(own(8)[0], a[0])
+    default = dist.sample((4000,)).float()
+    assert a[0].shape == default.shape
+    torch.testing.assert_close(a[0].float().mean(0), default.mean(0), atol=0.08, rtol=0.0)
+    torch.testing.assert_close(a[0].float().std(0), default.std(0), atol=0.08, rtol=0.0)
 
 
 def clipped_categorical_log_prob(raw: torch.Tensor, index: torch.Tensor, low=0.001, high=0.99) -> torch.Tensor:

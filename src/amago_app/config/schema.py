@@ -525,6 +525,10 @@ class TrainerConfig:
     """torch.compile mode: default | reduce-overhead (adds CUDA graphs) | max-autotune."""
     cpu: bool = False
     """Train on CPU even if CUDA is available."""
+    overlap_collection: Any = "auto"
+    """auto | true | false: collect each epoch in a thread beside its update (mode=both), acting with the epoch's
+    starting weights; the new rollouts are trained on from the next epoch. auto: on for one process with >= 4
+    cores (on 2 cores the collector takes a core the update needs)."""
     threads: Any = "auto"
     """torch intra-op threads per process: auto (from the free cores and the processes sharing them, re-checked
     every epoch) or a positive integer."""

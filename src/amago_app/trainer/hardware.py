@@ -67,15 +67,20 @@ def choose_precision(setting: str, device_type: str, flags: frozenset[str] | set
     return Choice("no", f"auto: no native bf16 on this {device_type.upper()}")
 
 
-def parse_compile(setting) -> bool | None:
-    """`trainer.compile`: true / false, or None for auto; anything else is an error."""
+def parse_switch(setting, key: str = "trainer.compile") -> bool | None:
+    """An auto / true / false setting: the bool, or None for auto; anything else is an error naming `key`."""
     if isinstance(setting, bool):
         return setting
     if isinstance(setting, str) and setting.strip().lower() in ("auto", "true", "false"):
         return {"auto": None, "true": True, "false": False}[setting.strip().lower()]
     if setting is None:
         return None
-    raise ValueError(f"trainer.compile={setting!r} is not one of (auto, true, false)")
+    raise ValueError(f"{key}={setting!r} is not one of (auto, true, false)")
+
+
+def parse_compile(setting) -> bool | None:
+    """`trainer.compile`: true / false, or None for auto; anything else is an error."""
+    return parse_switch(setting, "trainer.compile")
 
 
 def choose_compile(setting, device_type: str) -> Choice:
@@ -91,3 +96,25 @@ def choose_compile(setting, device_type: str) -> Choice:
 def device_type(cpu_only: bool) -> str:
     """The device type the Accelerator will pick (`trainer.cpu`, or no GPU: cpu)."""
     return "cpu" if cpu_only or not torch.cuda.is_available() else "cuda"
+
+
+#: cores per process from which `trainer.overlap_collection=auto` collects in a thread beside the update
+OVERLAP_FROM_CORES = 4
+
+
+def choose_overlap(setting, cores: int, processes: int, mode: str) -> Choice:
+    """`trainer.overlap_collection`: true / false, or auto = on in mode=both for a single process that may use
+    at least `OVERLAP_FROM_CORES` cores. On 2 cores the collector thread takes a core the update needs (measured
+    slower, docs/benchmarks.md); with spare cores it hides the collection time."""
+    fixed = parse_switch(setting, "trainer.overlap_collection")
+    if fixed is True and mode != "both":
+        raise ValueError(f"trainer.overlap_collection=true needs trainer.mode=both (got trainer.mode={mode}); "
+                         "trainer.mode=async runs collectors in processes of their own")
+    if fixed is not None:
+        return Choice(fixed, "trainer.overlap_collection")
+    if mode != "both" or processes > 1:
+        return Choice(False, "auto: off with several processes or trainer.mode other than both")
+    per_process = cores // max(1, processes)
+    if per_process >= OVERLAP_FROM_CORES:
+        return Choice(True, f"auto: {per_process} cores, one collects beside the update")
+    return Choice(False, f"auto: off on {per_process} core(s) (on from {OVERLAP_FROM_CORES})")

@@ -37,7 +37,9 @@ from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
 from amago_app.trainer.modes import effective_config, has_edit_rights
 from amago_app.trainer.rollout import balanced_quota
 from amago_app.trainer.stopping import StopRequest
-from amago_app.trainer.threads import ThreadBudget
+from amago_app.trainer.hardware import choose_overlap
+from amago_app.trainer.overlap import BackgroundCollection
+from amago_app.trainer.threads import ThreadBudget, available_cores, local_processes
 
 
 def _fmt(x: float | None) -> str:
@@ -52,7 +54,11 @@ class Trainer:
         the collector processes of trainer.mode=async use 1 + their index (the learner is 0)."""
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
-        self.threads = ThreadBudget(t.get("threads", "auto"))  # before any torch work: sizes the thread pool
+        # collection in a thread beside the update (trainer/overlap.py): decided from the cores, before the thread
+        # pool is sized, which then keeps one core for it
+        self.overlap = choose_overlap(t.get("overlap_collection", "auto"), available_cores(), local_processes(),
+                                      t.get("mode", "both"))
+        self.threads = ThreadBudget(t.get("threads", "auto"), reserve=int(self.overlap.value))
         # `auto` precision / compilation decided from what this machine does natively (trainer/hardware.py)
         self.precision, self.compiled = speed_settings(cfg)
         self.accelerator = acc = build_accelerator(cfg, run_dir, self.precision.value, self.compiled.value)
@@ -69,6 +75,7 @@ class Trainer:
         self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device, self.compiled.value)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
+        self._background = BackgroundCollection(self) if self.overlap.value else None
         if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
             set_seed(cfg.seed + self.actor_rank)
 
@@ -126,6 +133,8 @@ class Trainer:
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{self.precision_name} ({self.precision.reason}), compile {'on' if self.compiled.value else 'off'} "
             f"({self.compiled.reason}), torch threads {self.threads.describe()}\n"
+            f"  collection {'beside the update' if self.overlap.value else 'before the update'} "
+            f"({self.overlap.reason})\n"
             f"  buffer {self.dataset.get_description()}"
         )
         self._print_thread_notes()
@@ -141,18 +150,28 @@ class Trainer:
         return self.accelerator.autocast() if self.device.type == "cuda" else nullcontext()
 
     def collect(self) -> float:
+        """This epoch's collection in the foreground (with its progress bar), then its record; env steps/s."""
         steps = self.cfg.trainer.train_timesteps_per_epoch
-        every = self.cfg.trainer.force_reset_train_envs_every
-        if every and self.epoch > 0 and self.epoch % every == 0:
-            self.train_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         with self.console.phase("collect", steps * self.train_envs.num_envs, "env steps") as advance:
-            stats = self.train_rollout.run(
-                self.agent, self.device, steps, sample=self.cfg.trainer.sample_actions_train,
-                autocast=self.rollout_autocast, on_step=lambda n: advance(n * self.train_envs.num_envs),
-                stop=self._interrupted,
-            )
-        fps = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
+            stats = self.run_collection(self.agent, on_step=lambda n: advance(n * self.train_envs.num_envs))
+        return self.record_collection(stats, time.perf_counter() - start)
+
+    def run_collection(self, agent, on_step=None):
+        """`train_timesteps_per_epoch` steps of every training actor acting with `agent`: the rollouts only
+        (trainer/overlap.py runs this in a thread beside the update)."""
+        every = self.cfg.trainer.force_reset_train_envs_every
+        if every and self.epoch > 0 and self.epoch % every == 0:
+            self.train_rollout.reset(agent, self.device)
+        return self.train_rollout.run(
+            agent, self.device, self.cfg.trainer.train_timesteps_per_epoch,
+            sample=self.cfg.trainer.sample_actions_train, autocast=self.rollout_autocast, on_step=on_step,
+            stop=self._interrupted,
+        )
+
+    def record_collection(self, stats, seconds: float, beside_update: bool = False) -> float:
+        """The recorder's finished trajectories to the buffer, frame counters, `train/` metrics; env steps/s."""
+        fps = sum(stats.frames.values()) / max(seconds, 1e-9)
         crash_point("collect")
         self.recorder.flush(self.dataset.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
@@ -166,6 +185,7 @@ class Trainer:
             train.update(self.exploration.stats())
         train["Env FPS (per process)"] = fps
         train["Torch Threads"] = torch.get_num_threads()
+        train["Collected Beside the Update"] = float(beside_update)
         self.log("train", train)
         return fps
 
@@ -388,16 +408,29 @@ class Trainer:
                 self._last_val = self.validate()
             summary["val return"] = _fmt(self._last_val)
             summary.update(success_summary(self.last_val_summary))
-        if epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0:
-            with self._blame_divergence():
-                summary["env steps/s"] = f"{self.collect():,.0f}"
-        self.store()
-        if t.get("mode") == "learn" and not self.dataset.ready_for_training:
-            time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
-            return False
-        if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
-            summary["updates/s"] = f"{self.update():.1f}"
+        collecting = epoch >= t.start_collecting_at_epoch and t.train_timesteps_per_epoch > 0
+        learning = self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch
+        if collecting and learning and self._background is not None:
+            # trainer/overlap.py: collect with the epoch's starting weights while updating on the buffer as it is
+            self._background.start(epoch)
+            try:
+                summary["updates/s"] = f"{self.update():.1f}"
+            finally:
+                with self._blame_divergence():
+                    summary["env steps/s"] = f"{self._background.finish():,.0f}"
             summary["loss"] = _fmt(self._last_loss)
+            self.store()
+        else:
+            if collecting:
+                with self._blame_divergence():
+                    summary["env steps/s"] = f"{self.collect():,.0f}"
+            self.store()
+            if t.get("mode") == "learn" and not self.dataset.ready_for_training:
+                time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
+                return False
+            if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
+                summary["updates/s"] = f"{self.update():.1f}"
+                summary["loss"] = _fmt(self._last_loss)
         acc.wait_for_everyone()
         self.epoch = epoch + 1
         self.elapsed = time.time() - started

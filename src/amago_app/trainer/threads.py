@@ -127,9 +127,11 @@ class ThreadBudget:
     `notes` collects one-line messages (a changed choice, an overloaded machine) for the console.
     """
 
-    def __init__(self, setting=None, probe_seconds: float = 0.25):
+    def __init__(self, setting=None, probe_seconds: float = 0.25, reserve: int = 0):
+        """`reserve`: cores kept free of torch's pool in auto mode (a collector thread beside the update)."""
         self.fixed = parse_setting(setting)
         self.cores = available_cores()
+        self.reserve = reserve
         self.processes = local_processes()
         self.notes: list[str] = []
         self._warned_overload = False
@@ -139,7 +141,8 @@ class ThreadBudget:
             # a short look at what the machine is doing right now (this process is idle while it sleeps)
             first = _sample()
             time.sleep(probe_seconds)
-            self.threads = choose_threads(self.cores, self.processes, other_busy_cores(first, _sample()), omp_limit())
+            self.threads = choose_threads(self.torch_cores, self.processes, other_busy_cores(first, _sample()),
+                                          omp_limit())
         torch.set_num_threads(self.threads)
         self._last = _sample()
         self._check_overload()
@@ -148,9 +151,14 @@ class ThreadBudget:
     def auto(self) -> bool:
         return self.fixed is None
 
+    @property
+    def torch_cores(self) -> int:
+        return max(1, self.cores - self.reserve)
+
     def describe(self) -> str:
         how = "fixed by trainer.threads" if not self.auto else (
-            f"auto: {self.cores} core(s), {self.processes} local process(es)"
+            f"auto: {self.cores} core(s){f' ({self.reserve} kept for collection)' if self.reserve else ''}, "
+            f"{self.processes} local process(es)"
             + (f", OMP_NUM_THREADS={omp_limit()}" if omp_limit() else "")
         )
         return f"{self.threads} ({how})"
@@ -161,7 +169,7 @@ class ThreadBudget:
         others = other_busy_cores(self._last, now, siblings=self.processes - 1)
         self._last = now
         if self.auto and others is not None:
-            new = choose_threads(self.cores, self.processes, others, omp_limit())
+            new = choose_threads(self.torch_cores, self.processes, others, omp_limit())
             if new != self.threads:
                 self.notes.append(
                     f"torch threads {self.threads} -> {new} (other processes kept {others:.1f} of {self.cores} "

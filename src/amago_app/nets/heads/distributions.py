@@ -16,15 +16,48 @@ The returned distribution objects share one small interface used by the agents:
 
 Registered short names (`distribution("gmm")`, also accepted by the actors): tanh_gaussian, gmm, beta,
 discrete, discrete_like_continuous, multibinary.
+
+Random draws come from torch's default generator, or, inside `with sampling_generator(g):`, from `g` (this
+thread only): a rollout that acts in a thread beside the learner (`trainer.overlap_collection`) draws its
+actions from its own generator, so neither thread changes the other's random numbers.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import distributions as D
+
+
+_SAMPLING = threading.local()
+
+
+@contextmanager
+def sampling_generator(generator: torch.Generator | None):
+    """Draw the samples of this thread's distributions from `generator` inside the block."""
+    previous = getattr(_SAMPLING, "generator", None)
+    _SAMPLING.generator = generator
+    try:
+        yield
+    finally:
+        _SAMPLING.generator = previous
+
+
+def _generator() -> torch.Generator | None:
+    return getattr(_SAMPLING, "generator", None)
+
+
+def _inverse_cdf(probs: torch.Tensor, sample_shape) -> torch.Tensor:
+    """Category indices (*sample_shape, ..., 1) drawn by inverting the cumulative probabilities (..., n) with
+    one uniform number per draw (the distribution of torch.multinomial, in 4 small ops)."""
+    u = torch.rand((*sample_shape, *probs.shape[:-1], 1), device=probs.device, dtype=probs.dtype,
+                   generator=_generator())
+    index = (probs.cumsum(-1) <= u).sum(-1, keepdim=True)
+    return index.clamp_(max=probs.shape[-1] - 1)  # u above a total that rounding left short of 1
 
 
 class PolicyDistribution:
@@ -87,12 +120,9 @@ class ClippedCategorical:
         self._dist = D.Categorical(probs=probs, validate_args=False)
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        """Indices drawn by inverting the cumulative probabilities with one uniform number per draw: the same
-        distribution as `torch.multinomial`, in 4 small ops instead of its ~100 us per rollout step on CPU."""
-        probs = self.probs.detach()
-        u = torch.rand((*sample_shape, *probs.shape[:-1], 1), device=probs.device, dtype=probs.dtype)
-        index = (probs.cumsum(-1) <= u).sum(-1, keepdim=True)
-        return index.clamp_(max=probs.shape[-1] - 1)  # u above a total that rounding left short of 1
+        """Indices by inverse CDF: the distribution of `torch.multinomial` without its ~100 us per rollout
+        step on CPU."""
+        return _inverse_cdf(self.probs.detach(), sample_shape)
 
     def log_prob(self, index: torch.Tensor) -> torch.Tensor:
         return self._dist.log_prob(index.squeeze(-1))
@@ -137,11 +167,14 @@ class StraightThroughOneHot:
         return self.logits.exp()
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        return self._dist.sample(sample_shape)
+        if _generator() is None:
+            return self._dist.sample(sample_shape)
+        index = _inverse_cdf(self.probs.detach(), sample_shape)[..., 0]
+        return F.one_hot(index, self.logits.shape[-1]).to(self.logits.dtype)
 
     def rsample(self, sample_shape=torch.Size()) -> torch.Tensor:
         shape = torch.Size(sample_shape) + self.logits.shape
-        u = torch.rand(shape, device=self.logits.device, dtype=self.logits.dtype)
+        u = torch.rand(shape, device=self.logits.device, dtype=self.logits.dtype, generator=_generator())
         gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
         soft = F.softmax((self.logits + gumbel) / self.temperature, dim=-1)
         hard = F.one_hot(soft.argmax(-1), soft.shape[-1]).to(soft.dtype)
@@ -204,7 +237,11 @@ class IndependentBernoulli:
         return torch.sigmoid(self.logits)
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        return self._dist.sample(sample_shape)
+        if _generator() is None:
+            return self._dist.sample(sample_shape)
+        with torch.no_grad():
+            probs = self.probs.expand(*sample_shape, *self.logits.shape)
+            return torch.bernoulli(probs, generator=_generator())
 
     def log_prob(self, bits: torch.Tensor) -> torch.Tensor:
         """Per-bit log-probabilities (..., A); the agent averages them."""
@@ -239,7 +276,11 @@ class SquashedGaussian:
         self._normal = D.Normal(mean, std, validate_args=False)
 
     def rsample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        return torch.tanh(self._normal.rsample(sample_shape))
+        if _generator() is None:
+            return torch.tanh(self._normal.rsample(sample_shape))
+        shape = torch.Size(sample_shape) + self.mean.shape
+        noise = torch.randn(shape, device=self.mean.device, dtype=self.mean.dtype, generator=_generator())
+        return torch.tanh(self.mean + self.std * noise)
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
         with torch.no_grad():
@@ -293,7 +334,14 @@ class SquashedMixture:
 
     @torch.no_grad()
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        return torch.tanh(self._pre_tanh.sample(sample_shape))
+        if _generator() is None:
+            return torch.tanh(self._pre_tanh.sample(sample_shape))
+        component = _inverse_cdf(self._mix.probs, sample_shape)  # (*S, ..., 1)
+        idx = component[..., None].expand(*component.shape[:-1], 1, self.means.shape[-1])
+        pick = lambda x: x.expand(*idx.shape[:-2], *x.shape[-2:]).gather(-2, idx).squeeze(-2)
+        noise = torch.randn(idx.shape[:-2] + self.means.shape[-1:], device=self.means.device,
+                            dtype=self.means.dtype, generator=_generator())
+        return torch.tanh(pick(self.means) + pick(self.stds) * noise)
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
         a = action.clamp(*self.clip)
@@ -354,7 +402,12 @@ class ScaledBeta:
 
     def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
         with torch.no_grad():
-            return 2.0 * self._beta.sample(sample_shape) - 1.0
+            if _generator() is None:
+                return 2.0 * self._beta.sample(sample_shape) - 1.0
+            shape = torch.Size(sample_shape) + self.alpha.shape
+            x = torch._standard_gamma(self.alpha.expand(shape).contiguous(), generator=_generator())
+            y = torch._standard_gamma(self.beta.expand(shape).contiguous(), generator=_generator())
+            return 2.0 * x / (x + y) - 1.0  # Beta(alpha, beta) = X / (X + Y), X ~ Gamma(alpha), Y ~ Gamma(beta)
 
     def log_prob(self, action: torch.Tensor) -> torch.Tensor:
         """Per-dimension log-density in action space (includes the log 1/2 of the affine map)."""
