@@ -1,149 +1,264 @@
-"""Speed benchmark on the reference workload: T-maze, Transformer memory (d_model 128, 2 layers, 8 heads),
-batch 24, 8 actors, max_seq_len 50.
+"""Speed benchmark: the reference and the long-context workload, optionally side by side with the original AMAGO.
 
-Prints JSON lines:
-  update      gradient updates/s of the full AMAGO update (7 gammas, 4 critics, targets), batches from the
-              real disk buffer through the persistent loader, best of `--blocks` blocks
-  loop        updates/s and env steps/s as reported by the real epoch loop (collect + train)
-  rollout     ms per rollout step of 8 actors (policy + env) at rollout context 10, 100, 1000
+Workloads (T-maze, FF timestep encoder 128 wide, Transformer memory, 7 discount factors, 4 critics with
+target networks, batch 24, 8 actors), built through the real Hydra config with the defaults a user gets:
+  reference   Transformer d_model 128 x 2 layers, window (max_seq_len) 50: 979,492 trainable parameters
+  long        Transformer d_model 256 x 3 layers, window 1,000
 
-    python scripts/bench_update.py                 # torch's default threads (CUDA when there is a GPU)
-    python scripts/bench_update.py --threads 2 --only update trainer.compile=true trainer.mixed_precision=bf16
-    python scripts/bench_update.py --smoke         # seconds: does it work? (figures meaningless)
+Measurements (`--only`), each in its own process (so its peak memory is its own), one JSON line per figure:
+  update      updates/s of the full AMAGO update with batches from the real disk buffer through the loader
+              (`updates_per_s`, median of `--blocks` blocks) and on one batch again and again
+              (`updates_per_s_no_loading`)
+  loop        the epoch loop's own figures: env steps/s while collecting (8 actors: policy + env + buffer
+              writes) and updates/s of its update phase, median of 3 epochs
+  rollout     ms per rollout step of the 8 actors with 10, 100 and 1,000 steps of context (every timed step
+              attends to that many steps: one episode covers the filled context and the timed steps)
+Every row also carries `peak_rss_mb`: the highest resident memory of the measuring process and its children.
+
+With `--original PATH --original-python PY` every measurement also runs the original AMAGO (a checkout at PATH,
+its own Python environment PY) through `scripts/bench_original.py`, alternating A-B-B-A (amago_app, original,
+original, amago_app), so a machine that gets busier or quieter in between affects both sides alike; a summary
+table gives each side's median and the ratio.
+
+    python scripts/bench_update.py                              # both workloads, every measurement
+    python scripts/bench_update.py --workload reference --only update trainer.mixed_precision=no
+    python scripts/bench_update.py --smoke                      # seconds: does it work? (figures meaningless)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-from hydra import compose, initialize_config_dir
+from speed_common import PeakRSS, cpu_name, timed_blocks
 
-from amago_app.config import config_dir, setup
-from amago_app.trainer.loop import Trainer
-
-WORKLOAD = [
-    "traj_encoder=transformer", "traj_encoder.d_model=128", "traj_encoder.n_layers=2", "traj_encoder.n_heads=8",
-    "tstep_encoder.d_hidden=128", "tstep_encoder.d_output=128",
+HERE = Path(__file__).resolve().parent
+WORKLOADS = {  # name -> (Hydra overrides of the network, window)
+    "reference": (["traj_encoder.d_model=128", "traj_encoder.n_layers=2"], 50),
+    "long": (["traj_encoder.d_model=256", "traj_encoder.n_layers=3"], 1000),
+}
+COMMON = [
+    "traj_encoder=transformer", "traj_encoder.n_heads=8", "tstep_encoder.d_hidden=128", "tstep_encoder.d_output=128",
     "env.parallel_actors=8", "trainer.batch_size=24", "logger.verbose=false", "trainer.log_interval=1000000",
 ]
+MEASUREMENTS = ("update", "loop", "rollout")
+#: figures compared in the summary (higher is better, except the rollout's milliseconds and the memory)
+FIGURES = ("updates_per_s", "updates_per_s_no_loading", "env_steps_per_s", "ms_per_step_8_actors", "peak_rss_mb")
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+# --- amago_app's side (the worker: one measurement in this process) ---------------------------------------------
+def make_trainer(tmp: Path, name: str, workload: str, window: int, horizon: int, extra: list[str]):
+    from hydra import compose, initialize_config_dir
 
+    from amago_app.config import config_dir, setup
+    from amago_app.trainer.loop import Trainer
 
-def make_trainer(tmp: Path, context: int, extra: list[str]) -> Trainer:
     setup()
+    net, _ = WORKLOADS[workload]
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose("config", overrides=WORKLOAD + [f"env.horizon={context - 1}", *extra])
-    return Trainer(cfg, tmp / f"run{context}")
+        cfg = compose("config", overrides=COMMON + net + [f"env.horizon={horizon}", f"max_seq_len={window}", *extra])
+    return Trainer(cfg, tmp / name)
 
 
-def bench_update(args, tmp: Path) -> dict:
-    trainer = make_trainer(tmp, 50, [f"trainer.train_timesteps_per_epoch={args.fill_steps}"] + args.override)
+def bench_update(args, tmp: Path) -> list[dict]:
+    _, window = WORKLOADS[args.workload]
+    trainer = make_trainer(tmp, "update", args.workload, window, window - 1,
+                           [f"trainer.train_timesteps_per_epoch={args.fill_steps}", *args.override])
     trainer._open_outputs()
     trainer.collect()
     trainer.dataset.refresh()
-    rates = []
-    batches = trainer.loader.epoch(0, args.warmup + args.blocks * args.iters)
-    for _ in range(args.warmup):
-        trainer.train_step(next(batches), log_step=False)
-    for _ in range(args.blocks):
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(args.iters):
-            trainer.train_step(next(batches), log_step=False)
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize()
-        rates.append(args.iters / (time.perf_counter() - start))
+    epoch = iter(range(1, 10**6))
+
+    def updates_with_loading():  # one epoch's batches through the persistent loader, as the loop draws them
+        for batch in trainer.loader.epoch(next(epoch), args.iters):
+            trainer.train_step(batch, log_step=False)
+
+    updates_with_loading()  # warm-up
+    loaded = timed_blocks(updates_with_loading, args.blocks, args.iters)
+    batches = trainer.loader.epoch(0, 1)
+    batch = next(batches)
     batches.close()
+
+    def updates_no_loading():
+        for _ in range(args.iters):
+            trainer.train_step(batch, log_step=False)
+
+    compute = timed_blocks(updates_no_loading, args.blocks, args.iters)
     params = sum(p.numel() for p in trainer.params)
+    row = {"bench": "update", "updates_per_s": round(statistics.median(loaded), 2),
+           "updates_per_s_best": round(max(loaded), 2),
+           "updates_per_s_no_loading": round(statistics.median(compute), 2),
+           "updates_per_s_no_loading_best": round(max(compute), 2), "trainable_params": params,
+           "precision": trainer.precision_name, "compiled": bool(trainer.compiled.value)}
     trainer.close()
-    return {"bench": "update", "updates_per_s_best": round(max(rates), 2),
-            "updates_per_s_median": round(statistics.median(rates), 2), "trainable_params": params,
-            "files_in_buffer": len(trainer.dataset)}
+    return [row]
 
 
-def bench_loop(args, tmp: Path) -> dict:
-    steps, batches = (30, 3) if args.smoke else (100, 100)
-    trainer = make_trainer(tmp, 50, ["trainer.epochs=3", "trainer.val_interval=null", "trainer.ckpt_interval=null",
-                                     "trainer.always_save_latest=false", f"trainer.train_timesteps_per_epoch={steps}",
-                                     f"trainer.train_batches_per_epoch={batches}"] + args.override)
+def bench_loop(args, tmp: Path) -> list[dict]:
+    _, window = WORKLOADS[args.workload]
+    steps, batches = args.loop_steps, args.loop_updates
+    trainer = make_trainer(tmp, "loop", args.workload, window, window - 1, [
+        "trainer.epochs=3", "trainer.val_interval=null", "trainer.ckpt_interval=null",
+        "trainer.always_save_latest=false", f"trainer.train_timesteps_per_epoch={steps}",
+        f"trainer.train_batches_per_epoch={batches}", *args.override])
     trainer._open_outputs()
     ups, fps = [], []
-    for epoch in range(3):
+    for epoch in range(3):  # collect -> store -> update, as Trainer.run_epoch does
         trainer.epoch = epoch
         fps.append(trainer.collect())
-        trainer.dataset.refresh()
+        trainer.store()
         if trainer.dataset.ready_for_training:
             ups.append(trainer.update())
     trainer.close()
-    return {"bench": "loop", "updates_per_s": round(max(ups), 2), "env_steps_per_s": round(max(fps), 1)}
+    return [{"bench": "loop", "updates_per_s": round(statistics.median(ups), 2),
+             "env_steps_per_s": round(statistics.median(fps), 1)}]
 
 
 def bench_rollout(args, tmp: Path) -> list[dict]:
     out = []
-    for context in (10, 30) if args.smoke else (10, 100, 1000):
-        trainer = make_trainer(tmp, context, args.override)
+    for context in args.contexts:
+        steps = args.rollout_steps
+        # the window is the context; one episode spans the filled context and the timed steps
+        trainer = make_trainer(tmp, f"rollout{context}", args.workload, context, context + steps + 10, args.override)
         rollout, agent = trainer.val_rollout, trainer.agent
         rollout.reset(agent, trainer.device)
-        rollout.run(agent, trainer.device, min(context, 20))  # warm-up
-        rollout.reset(agent, trainer.device)
-        rollout.run(agent, trainer.device, context - 1)  # fill the context
-        steps = 50
+        rollout.run(agent, trainer.device, context, sample=False)  # fill the context
         start = time.perf_counter()
-        rollout.run(agent, trainer.device, steps)  # these steps attend to a full context window
+        rollout.run(agent, trainer.device, steps, sample=False)
         ms = 1000 * (time.perf_counter() - start) / steps
         trainer.close()
         out.append({"bench": "rollout", "context": context, "ms_per_step_8_actors": round(ms, 3)})
     return out
 
 
+def worker(args) -> None:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rss = PeakRSS()
+    with tempfile.TemporaryDirectory() as tmp, rss:
+        rows = {"update": bench_update, "loop": bench_loop, "rollout": bench_rollout}[args.only](args, Path(tmp))
+    for row in rows:
+        row.update(workload=args.workload, impl="amago_app", peak_rss_mb=rss.peak_mb)
+        print(json.dumps(row), flush=True)
+
+
+# --- the orchestrator -------------------------------------------------------------------------------------------
+def machine_row(args) -> dict:
+    import torch
+
+    from amago_app.trainer.hardware import NATIVE_BF16_CPU_FLAGS, cpu_flags
+
+    flags = cpu_flags()
+    return {"bench": "machine", "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)),
+            "bf16_flags": sorted(flags & set(NATIVE_BF16_CPU_FLAGS)), "avx512": "avx512f" in flags,
+            "torch": torch.__version__, "threads": args.threads or "auto", "python": sys.version.split()[0],
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_average": round(os.getloadavg()[0], 2)}
+
+
+def shared_flags(args) -> list[str]:
+    flags = ["--workload", args.workload, "--only", args.only, "--iters", str(args.iters), "--blocks",
+             str(args.blocks), "--fill-steps", str(args.fill_steps), "--rollout-steps", str(args.rollout_steps),
+             "--contexts", *map(str, args.contexts)]
+    if args.only == "loop":
+        flags += ["--loop-steps", str(args.loop_steps), "--loop-updates", str(args.loop_updates)]
+    return flags + (["--threads", str(args.threads)] if args.threads else [])
+
+
+def run_side(impl: str, args) -> list[dict]:
+    """One measurement of one side in its own process; its JSON rows."""
+    if impl == "amago_app":
+        cmd = [sys.executable, str(HERE / "bench_update.py"), "--worker", *shared_flags(args), *args.override]
+    else:
+        cmd = [args.original_python, str(HERE / "bench_original.py"), "--original", args.original,
+               *shared_flags(args), *(["--smoke"] if args.smoke else [])]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{impl} {args.workload} {args.only} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return [r for r in rows if r.get("bench") != "machine"]
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """Markdown: per workload, measurement (and context) and figure, each side's median and how they compare
+    (rates: amago_app / original; milliseconds: original / amago_app; memory: amago_app / original)."""
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        for fig in FIGURES:
+            if fig in r:
+                context = r.get("context") if fig != "peak_rss_mb" else None
+                key = (r["workload"], r["bench"], context, fig)
+                groups.setdefault(key, {}).setdefault(r["impl"], []).append(r[fig])
+    lines = ["| workload | measure | amago_app | original | amago_app vs original |", "|---|---|---|---|---|"]
+    for (workload, bench, context, fig), sides in groups.items():
+        ours = statistics.median(sides["amago_app"]) if "amago_app" in sides else None
+        orig = statistics.median(sides["original"]) if "original" in sides else None
+        compare = "-"
+        if ours and orig:
+            compare = (f"{ours / orig:.2f}x the memory" if fig == "peak_rss_mb" else
+                       f"{orig / ours:.2f}x faster" if fig.startswith("ms_") else f"{ours / orig:.2f}x faster")
+        what = f"{bench}: {fig}" + (f" @ context {context}" if context is not None else "")
+        fmt = lambda v: "-" if v is None else f"{v:,.{3 if fig.startswith('ms_') else 1 if v > 100 else 2}f}"
+        lines.append(f"| {workload} | {what} | {fmt(ours)} | {fmt(orig)} | {compare} |")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
+    p.add_argument("--only", choices=MEASUREMENTS, default=None, help="one measurement (default: all three)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: the trainer's auto)")
+    p.add_argument("--iters", type=int, default=None, help="updates per block (default: 30 reference, 3 long)")
     p.add_argument("--blocks", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--fill-steps", type=int, default=300)
-    p.add_argument("--only", choices=["update", "loop", "rollout"], default=None)
+    p.add_argument("--fill-steps", type=int, default=None, help="steps per actor that fill the buffer before `update`")
+    p.add_argument("--loop-steps", type=int, default=100, help="`loop`: env steps per actor per epoch")
+    p.add_argument("--loop-updates", type=int, default=None, help="`loop`: updates per epoch (100 reference, 5 long)")
+    p.add_argument("--contexts", type=int, nargs="+", default=[10, 100, 1000])
+    p.add_argument("--rollout-steps", type=int, default=50)
+    p.add_argument("--original", default=None, help="a checkout of the original AMAGO: measure it too, A-B-B-A")
+    p.add_argument("--original-python", default=None, help="the Python of the original's own environment")
     p.add_argument("--smoke", action="store_true",
                    help="a seconds-long run of every measurement (2 updates, short contexts): checks that the "
                         "script works, its figures mean nothing")
-    p.add_argument("override", nargs="*", help="extra Hydra overrides, e.g. trainer.mixed_precision=bf16")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("override", nargs="*", help="extra Hydra overrides for amago_app, e.g. trainer.mixed_precision=no")
     args = p.parse_args()
+    if args.original and not args.original_python:
+        p.error("--original needs --original-python (the original runs under its own environment)")
     if args.smoke:
-        args.iters, args.blocks, args.warmup, args.fill_steps = 2, 1, 1, 60  # 60 steps: one whole episode
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    info = {"bench": "machine", "cpu": cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d")}
-    print(json.dumps(info), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        if args.only in (None, "update"):
-            print(json.dumps(bench_update(args, tmp)), flush=True)
-        if args.only in (None, "loop"):
-            print(json.dumps(bench_loop(args, tmp)), flush=True)
-        if args.only in (None, "rollout"):
-            for row in bench_rollout(args, tmp):
-                print(json.dumps(row), flush=True)
+        args.iters, args.blocks, args.fill_steps, args.loop_steps, args.loop_updates = 2, 1, 60, 20, 2
+        args.contexts, args.rollout_steps = [10, 30], 5
+    if args.worker:
+        worker(args)
+        return
+    print(json.dumps(machine_row(args)), flush=True)
+    rows = []
+    for workload in WORKLOADS if args.workload == "all" else [args.workload]:
+        for only in [args.only] if args.only else MEASUREMENTS:
+            if args.smoke and workload == "long":
+                continue  # minutes even at toy sizes: the reference workload exercises the same code
+            long = workload == "long"
+            run = argparse.Namespace(**{**vars(args), "workload": workload, "only": only})
+            run.iters = args.iters or (3 if long else 30)
+            run.fill_steps = args.fill_steps or (1100 if long else 300)
+            run.loop_updates = args.loop_updates or (5 if long else 100)
+            order = ["amago_app", "original", "original", "amago_app"] if args.original else ["amago_app"]
+            for i, impl in enumerate(order):
+                for row in run_side(impl, run):
+                    row["order"] = i
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    print("\n".join(summary(rows)), flush=True)
+    print(json.dumps({"bench": "end", "load_average": round(os.getloadavg()[0], 2)}), flush=True)
 
 
 if __name__ == "__main__":
