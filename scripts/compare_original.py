@@ -191,6 +191,7 @@ ROWS = {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
         "settings": {
             "env.make._target_": "amago_app.envs.builtin.tmaze.TMazePassive",
+            "env.id": None,
             "env.horizon": 50,
             "max_seq_len": 51,
             "env.traj_save_len": None,
@@ -213,6 +214,7 @@ ROWS = {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 100,
         "settings": {
             "env.make._target_": "amago_app.envs.builtin.key_door.RoomKeyDoor",
+            "env.id": None,
             "env.make.size": 5,
             "env.make.max_episode_steps": 20,
             "env.make.dark": True,
@@ -240,6 +242,7 @@ ROWS = {
         "traj": "ff", "agent": "agent", "baseline": False, "rollout_len": 500,
         "settings": {
             "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
+            "env.horizon": None,
             "env.id": "CartPole-v1",
             "max_seq_len": 32,
             "env.traj_save_len": 512,
@@ -257,6 +260,7 @@ ROWS = {
         "traj": "ff", "agent": "agent", "baseline": False, "rollout_len": 200,
         "settings": {
             "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
+            "env.horizon": None,
             "env.id": "Pendulum-v1",
             "max_seq_len": 16,
             "env.traj_save_len": 512,
@@ -281,6 +285,7 @@ ROWS = {
         "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 200,
         "settings": {
             "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
+            "env.horizon": None,
             "env.id": "Pendulum-v1",
             "max_seq_len": 16,
             "env.traj_save_len": 512,
@@ -307,6 +312,7 @@ ROWS = {
         "traj": "transformer", "agent": "multitask", "baseline": False, "rollout_len": 31,
         "settings": {
             "env.make._target_": "amago_app.envs.builtin.tmaze.TMazePassive",
+            "env.id": None,
             "env.horizon": 30,
             "max_seq_len": 31,
             "env.traj_save_len": None,

@@ -409,9 +409,10 @@ def comparison_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_task(result: dict, out_png: Path) -> Path | None:
-    """Seeds as thin lines, their mean bold, the threshold dashed; the memory-free baseline in its own color."""
-    from amago_app.logging.curves import MetricSpec, RunData, plot_metric, save_figure
+def task_figure(result: dict):
+    """Seeds as thin lines, their mean bold, the threshold dashed; each variant (the memory-free baseline, the
+    original AMAGO's runs) in its own colour. A matplotlib Figure, or None when nothing has been validated."""
+    from amago_app.logging.curves import MetricSpec, RunData, plot_metric
 
     groups: dict[str, list[RunData]] = {}
     for variant, v in result["variants"].items():
@@ -425,15 +426,23 @@ def plot_task(result: dict, out_png: Path) -> Path | None:
             runs.append(run)
         if runs:
             groups[variant] = runs
-    if any(v in groups for v in ORIGINAL_VARIANTS):  # amago_app and the original side by side
-        groups = {VARIANT_LABELS[v]: runs for v, runs in groups.items()}
+    if any(v in groups for v in ORIGINAL_VARIANTS):  # amago_app and the original side by side, modes named
+        mode = lambda v: f" ({result['variants'][v]['val_mode']} validation)" if result["variants"][v].get(
+            "val_mode") else ""
+        groups = {VARIANT_LABELS[v] + mode(v): runs for v, runs in groups.items()}
     else:
         groups = {("memory-free (traj_encoder=ff)" if v == "ff" else "preset"): runs for v, runs in groups.items()}
     if not groups:
         return None
     label = result["metric"] + (f" - {result['first_attempt_metric']}" if result["first_attempt_metric"] else "")
     spec = MetricSpec(title=f"{result['task']}: {result['what']}", series=[("val", "score", "")], ylabel=label)
-    fig = plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
+    return plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
+
+
+def plot_task(result: dict, out_png: Path) -> Path | None:
+    from amago_app.logging.curves import save_figure
+
+    fig = task_figure(result)
     if fig is None:
         return None
     path = save_figure(fig, out_png.with_suffix(""), ("png",))[0]
