@@ -114,9 +114,9 @@ def test_the_originals_runs_are_reported_next_to_amago_apps(tmp_path, capsys):
 
     runs = tmp_path / "runs" / "tmaze_h50"
     _fake_run(runs / "memory" / "seed0", {"val": [0, 0.5, 1.0], "val-sampled": [0, 0.4, 0.96]}, False, False)
-    _fake_run(runs / "memory" / "seed1", {"val": [0, 1.0, 1.0], "val-sampled": [0, 0.5, 0.5]}, False, False)
-    _fake_run(runs / "original" / "seed0", {"val": [0, 0.2, 0.97], "val-sampled": [0, 0.1, 0.6]}, False, True)
-    _fake_run(runs / "original" / "seed3", {"val": [0, 0.5, 0.5], "val-sampled": [0, 0.5, 0.5]}, False, True)
+    _fake_run(runs / "memory" / "seed1", {"val": [0, 1.0, 1.0], "val-sampled": [0, 0.5, 0.5]}, False, False, 40.0)
+    _fake_run(runs / "original" / "seed0", {"val": [0, 0.2, 0.97], "val-sampled": [0, 0.1, 0.6]}, False, True, 90.0)
+    _fake_run(runs / "original" / "seed3", {"val": [0, 0.5, 0.5], "val-sampled": [0, 0.5, 0.5]}, False, True, 80.0)
     _fake_run(runs / "original-memoryfree" / "seed0", {"val": [0, 0.5, 0.5]}, False, True)
     assert main(["--tasks", "tmaze_h50", "--seeds", "0,1", "--baseline-seeds", "none", "--report-only",
                  "--out", str(tmp_path)]) == 0
@@ -125,12 +125,12 @@ def test_the_originals_runs_are_reported_next_to_amago_apps(tmp_path, capsys):
     assert result["variants"]["original"]["val_mode"] == "greedy"
     table = (tmp_path / "results.md").read_text()
     assert "### tmaze_h50: amago_app vs the original AMAGO (same settings and budget)" in table
-    assert "| amago_app | greedy (val) | 0, 1 | 2/2 | 200 / 100 | 1,600 / 800 | 1 / 1 | 1 / 1 |" in table
-    assert "| amago_app | sampled | 0, 1 | 1/2 | 200 / - | 1,600 / - | 0.96 / 0.5 | 0.96 / 0.5 |" in table
-    assert "| original AMAGO | greedy (val) | 0, 3 | 1/2 | 200 / - | 1,600 / - | 0.97 / 0.5 | 0.97 / 0.5 |" in table
-    assert "| original AMAGO | sampled | 0, 3 | 0/2 | - / - | - / - | 0.6 / 0.5 | 0.6 / 0.5 |" in table
+    assert "| amago_app | greedy (val) | 0, 1 | 2/2 | 200 / 100 | 1,600 / 800 | 1 / 1 | 1 / 1 | 50 / 40 |" in table
+    assert "| amago_app | sampled | 0, 1 | 1/2 | 200 / - | 1,600 / - | 0.96 / 0.5 | 0.96 / 0.5 | 50 / 40 |" in table
+    assert "| original AMAGO | greedy (val) | 0, 3 | 1/2 | 200 / - | 1,600 / - | 0.97 / 0.5 | 0.97 / 0.5 | 90 / 80 |" in table
+    assert "| original AMAGO | sampled | 0, 3 | 0/2 | - / - | - / - | 0.6 / 0.5 | 0.6 / 0.5 | 90 / 80 |" in table
     # a run with one validation mode only: that mode is named by its config
-    assert "| original AMAGO, memory-free (traj_encoder=ff) | greedy (val) | 0 | 0/1 | - | - | 0.5 | 0.5 |" in table
+    assert "| original AMAGO, memory-free (traj_encoder=ff) | greedy (val) | 0 | 0/1 | - | - | 0.5 | 0.5 | 50 |" in table
     assert "amago_app vs the original" in capsys.readouterr().out
     assert (tmp_path / "tmaze_h50.png").stat().st_size > 1000
     # one plot: each variant its own colour, every seed of the original drawn

@@ -377,8 +377,8 @@ def _per_seed(values: list) -> str:
 def comparison_table(result: dict) -> str:
     """One row's runs of amago_app and of the original AMAGO side by side: per variant and validation action
     mode, the seeds that reached the threshold, then per seed (in the order of the seeds column) updates and
-    env steps at the first validation at or above it, the best and the final value. Empty when the row has no
-    run of the original."""
+    env steps at the first validation at or above it, the best and the final value, and the run's CPU seconds.
+    Empty when the row has no run of the original."""
     variants = result["variants"]
     if not any(v in variants for v in ORIGINAL_VARIANTS):
         return ""
@@ -386,8 +386,9 @@ def comparison_table(result: dict) -> str:
              f"Threshold {_fmt(result['threshold'])} on `{result['metric']}`. Every run validated in both action "
              "modes on the same schedule; `val` mode is the one the run was configured with (the presets: greedy; "
              "the original's own default: sampled). Per-seed columns follow the seeds column; - = not reached.", "",
-             "| variant | validation | seeds | reached | updates to threshold | env steps to threshold | best | final |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| variant | validation | seeds | reached | updates to threshold | env steps to threshold | best | final "
+             "| CPU s per run |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for variant, v in variants.items():
         ran = {s: r for s, r in v["seeds"].items() if r["validations"]}
         if not ran:
@@ -405,7 +406,8 @@ def comparison_table(result: dict) -> str:
                 f"| {VARIANT_LABELS.get(variant, variant)} | {label} | {seeds} | {reached}/{len(per)} | "
                 f"{_per_seed([m['updates_to_threshold'] for m in per.values()])} | "
                 f"{_per_seed([m['env_steps_to_threshold'] for m in per.values()])} | "
-                f"{_per_seed([m['best'] for m in per.values()])} | {_per_seed([m['final'] for m in per.values()])} |")
+                f"{_per_seed([m['best'] for m in per.values()])} | {_per_seed([m['final'] for m in per.values()])} | "
+                f"{_per_seed([ran[s]['cpu_seconds'] for s in per])} |")
     return "\n".join(lines) + "\n"
 
 
