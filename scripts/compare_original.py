@@ -327,8 +327,14 @@ ROWS = {
             "exploration.corridor_eps": None,
             "trainer.val_interval": 4,
         },
+        # the original's MultiTaskAgent scores buffer actions clipped into [0.001, 0.99] (not one-hot) with
+        # OneHotCategorical.log_prob, which torch's argument validation rejects at the first update
+        "validate_distribution_args": False,
         "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (see tmaze_h50)",
-                  "corridor exploration: the original's T-maze example recipe (see tmaze_h50)"],
+                  "corridor exploration: the original's T-maze example recipe (see tmaze_h50)",
+                  "torch.distributions argument validation is off: the original's MultiTaskAgent passes clipped, "
+                  "renormalized buffer actions (not one-hot) to OneHotCategorical.log_prob, which validation "
+                  "rejects at the first update; without it log_prob is the cross-entropy the code intends"],
     },
     "popgym_repeat_previous": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
@@ -679,6 +685,8 @@ def run_one(job: dict) -> None:
     import torch
 
     torch.set_num_threads(1)
+    if not ROWS[job["row"]].get("validate_distribution_args", True):
+        torch.distributions.Distribution.set_default_validate_args(False)
     random.seed(job["seed"])
     np.random.seed(job["seed"])
     torch.manual_seed(job["seed"])

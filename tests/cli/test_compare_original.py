@@ -137,7 +137,8 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     out = tmp_path / "bench"
     cmd = [PYTHON, str(SCRIPT), "--amago", CHECKOUT, "--rows", "cartpole", "--seeds", "0", "--budget-scale", "0.05",
            "--out", str(out), "--override", "trainer.train_batches_per_epoch=3",
-           "--override", "trainer.train_timesteps_per_epoch=20", "--override", "env.parallel_actors=2"]
+           "--override", "trainer.train_timesteps_per_epoch=60", "--override", "env.parallel_actors=2",
+           "--override", "trainer.val_episodes=2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:] + (out / "runs/cartpole/original/seed0/original.log").read_text()[-3000:]
     run = out / "runs" / "cartpole" / "original" / "seed0"
@@ -147,6 +148,6 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     result = json.loads((out / "cartpole.json").read_text())
     seed = result["variants"]["original"]["seeds"]["0"]
     # 2 epochs: validations at epoch 0 and 1 and after the last, in both modes
-    assert seed["finished"] and seed["validations"] == 3 and seed["env_steps"] == 2 * 2 * 20
+    assert seed["finished"] and seed["validations"] == 3 and seed["env_steps"] == 2 * 2 * 60
     assert seed["updates"] == 2 * 3 and set(seed["modes"]) == {"greedy", "sampled"}
     assert "| original AMAGO | greedy (val) | 0 | 0/1 |" in (out / "results.md").read_text()
