@@ -698,6 +698,13 @@ def run_one(job: dict) -> None:
     cfg = translate(settings, checkout, amago, {"discrete": discrete, "rollout_len": job["rollout_len"]})
     for name, value in cfg["gin"].items():
         gin.bind_parameter(name, value)
+    # what the original was given, next to the settings it came from (classes by name)
+    shown = lambda v: f"{v.__module__}.{v.__qualname__}" if isinstance(v, type) or callable(v) else v
+    record = json.loads((run_dir / "original.json").read_text()) | {"given_to_the_original": {
+        "gin": {k: shown(v) for k, v in cfg["gin"].items()}, "Experiment": cfg["experiment"],
+        "DiskTrajDataset": cfg["dataset"], "exploration": shown(cfg["exploration"])}}
+    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1))
+    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
 
     metrics = run_dir / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
@@ -764,7 +771,8 @@ def describe(row: str, memory_free: bool, settings: dict, torch_compile: bool) -
     notes = list(ROWS[row]["notes"]) + [
         "validation: the original runs val_timesteps_per_epoch steps per actor on fresh random tasks for each "
         "action mode; amago_app runs trainer.val_episodes episodes and the other mode on the same tasks",
-        "val is the preset's action mode (greedy); val-sampled is the original's own default mode (sampled)",
+        f"val is the preset's action mode ({'sampled' if settings['trainer.sample_actions_val'] else 'greedy'}); "
+        "the other mode is written beside it (the original's own default is sampled)",
         "one process per run: envs stepped in-process (env_mode sync, as the presets), DataLoader without "
         "worker processes (the original's default starts 6-8), one torch thread",
         "seeds: Python, NumPy and torch are seeded; the original's exploration wrappers draw from unseeded "
@@ -893,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 run_dir = Path(args.out) / "runs" / row / variant / f"seed{seed}"
                 info = describe(row, memory_free, settings, args.torch_compile) | {
-                    "seed": seed, "budget_scale": args.budget_scale, "checkout": str(checkout.resolve()),
+                    "overrides": overrides, "seed": seed, "budget_scale": args.budget_scale, "checkout": str(checkout.resolve()),
                     "commit": commit.stdout.strip() or None}
                 command = (f"compare_original.py --amago {checkout} --rows {row} --variants {variant} "
                            f"--seeds {seed} --budget-scale {args.budget_scale}")
