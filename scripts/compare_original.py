@@ -756,6 +756,11 @@ def run_one(job: dict) -> None:
         dloader_workers=0, **cfg["experiment"])
     experiment._validations, experiment._final, experiment._epoch = 0, False, 0
     experiment.start()
+    # the size of what learns (tstep and traj encoders, critics, actor), to set against amago_app's own count
+    record = json.loads((run_dir / "original.json").read_text())
+    record["trainable_parameters"] = sum(p.numel() for p in experiment.policy.trainable_params)
+    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1))
+    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
     experiment._started = time.time()
     experiment.learn()
     experiment._final = True

@@ -144,6 +144,14 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     run = out / "runs" / "cartpole" / "original" / "seed0"
     outcome = json.loads((run / "bench_done.json").read_text())
     assert outcome["returncode"] == 0 and outcome["cpu_seconds"] > 0
+    # the original's networks are amago_app's, parameter for parameter
+    from amago_app.trainer.build import build_agent, build_envs
+
+    cfg = compose_config(["+experiment=bench/cartpole"], tiny=False)
+    envs = build_envs(cfg, "train", num_actors=1)
+    mine = sum(p.numel() for p in build_agent(cfg, envs).trainable_parameters())
+    envs.close()
+    assert json.loads((run / "original.json").read_text())["trainable_parameters"] == mine
     assert main(["--tasks", "cartpole", "--seeds", "0", "--report-only", "--out", str(out)]) == 0
     result = json.loads((out / "cartpole.json").read_text())
     seed = result["variants"]["original"]["seeds"]["0"]
