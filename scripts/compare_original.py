@@ -549,7 +549,7 @@ def _gin_name(cls) -> str:
     return f"{cls.__module__}.{cls.__name__}"
 
 
-def _make_env_factory(settings: dict, amago):
+def _make_env_factory(settings: dict):
     """A callable that builds the row's env with the original's own classes; success metrics the original's env
     does not log are added through its AMAGO_LOG_METRIC info keys."""
     import gymnasium as gym
@@ -609,17 +609,17 @@ def _make_env_factory(settings: dict, amago):
     raise ValueError(f"env.make._target_={kind!r}: no builder for the original")
 
 
-def translate(settings: dict, checkout: Path, amago, budget: dict) -> dict:
-    """The original's configuration for `settings`: gin bindings, Experiment and dataset keywords, classes."""
+def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) -> dict:
+    """The original's configuration for `settings`: gin bindings, Experiment and dataset keywords, classes
+    (`discrete`: the env's actions; `rollout_len`: steps of one of its episodes)."""
     classes = {}
     for key, target in TRANSLATION.items():
         if target.startswith("class:") and key in settings:
             classes[target[6:]] = _load_class(CLASSES[settings[key]], checkout)
     exploration = _load_class(CLASSES[settings["exploration._target_"]], checkout)
-    discrete = budget["discrete"]
     names = {"agent": _gin_name(classes["agent"]), "critic": _gin_name(classes["critic"]),
              "traj": _gin_name(classes["traj"]), "discrete_or_continuous": "discrete" if discrete else "continuous"}
-    gin_bindings, experiment, dataset, checked = {}, {}, {}, {}
+    gin_bindings, experiment, dataset = {}, {}, {}
     for key, value in settings.items():
         target = TRANSLATION[key]
         if target.startswith("gin:"):
@@ -633,7 +633,6 @@ def translate(settings: dict, checkout: Path, amago, budget: dict) -> dict:
         elif target.startswith("same:"):
             if str(value) != target[5:]:
                 raise ValueError(f"{key}={value!r}: the original has no such setting (it behaves as {target[5:]})")
-            checked[key] = value
     if experiment.get("traj_save_len") is None:
         experiment.pop("traj_save_len", None)  # the original's default saves whole trajectories
     if "attention" in classes:
@@ -667,9 +666,9 @@ def translate(settings: dict, checkout: Path, amago, budget: dict) -> dict:
     gin_bindings.update({f"{expl}.{k}": v for k, v in params.items()})
 
     episodes_per_actor = math.ceil(settings["trainer.val_episodes"] / settings["env.parallel_actors"])
-    experiment["val_timesteps_per_epoch"] = episodes_per_actor * budget["rollout_len"]
+    experiment["val_timesteps_per_epoch"] = episodes_per_actor * rollout_len
     return {"gin": gin_bindings, "experiment": experiment, "dataset": dataset, "exploration": exploration,
-            "classes": classes, "checked": checked}
+            "classes": classes}
 
 
 def run_one(job: dict) -> None:
@@ -691,11 +690,11 @@ def run_one(job: dict) -> None:
     np.random.seed(job["seed"])
     torch.manual_seed(job["seed"])
     settings = job["settings"]
-    make_env = _make_env_factory(settings, amago)
+    make_env = _make_env_factory(settings)
     probe = make_env()
     discrete = isinstance(probe.action_space, gym.spaces.Discrete)
     probe.close()
-    cfg = translate(settings, checkout, amago, {"discrete": discrete, "rollout_len": job["rollout_len"]})
+    cfg = translate(settings, checkout, discrete, job["rollout_len"])
     for name, value in cfg["gin"].items():
         gin.bind_parameter(name, value)
     # what the original was given, next to the settings it came from (classes by name)
