@@ -254,7 +254,8 @@ ROWS = {
             "trainer.val_interval": 4,
         },
         "notes": ["validation runs 4 x 500 steps per actor: 32 episodes once the pole stays up, more (all that "
-                  "end) while episodes are short; amago_app counts exactly 32 episodes"],
+                  "end) while episodes are short; amago_app counts exactly 32 episodes, so while episodes are "
+                  "short the original's validation costs more CPU (counted in its CPU seconds)"],
     },
     "pendulum": {
         "traj": "ff", "agent": "agent", "baseline": False, "rollout_len": 200,
