@@ -31,8 +31,8 @@ from amago_app.config import config_dir, setup
 from amago_app.config.overrides import apply_overrides
 from amago_app.data.timestep import Timestep
 from amago_app.trainer.build import build_agent, build_envs
-from amago_app.trainer.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
-from amago_app.trainer.rollout import timestep_tensors
+from amago_app.evaluation.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
+from amago_app.interaction.rollout import timestep_tensors
 
 
 def _cwd_on_path() -> None:
@@ -73,7 +73,7 @@ def evaluate(run: str | Path, episodes: int = 10, checkpoint: str | int = "lates
              **options: Any) -> dict:
     """Like `amago-eval RUN episodes=... checkpoint=... [options] [overrides]`; returns the summary dict
     (per env and metric: n, mean, std, ci95). `options`: sample, parallel_actors, max_steps, seed, output, ..."""
-    from amago_app.trainer.evaluate import evaluate as run_eval
+    from amago_app.evaluation.evaluate import evaluate as run_eval
 
     _cwd_on_path()
     args = [f"episodes={episodes}", f"checkpoint={checkpoint}"]

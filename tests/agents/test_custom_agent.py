@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from amago_app.agents.base import BaseAgent
 from amago_app.data.timestep import padding_mask
 from amago_app.rundir import Checkpoints
-from amago_app.trainer.evaluate import evaluate
+from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.loop import Trainer
 from amago_app.trainer.run import train
 from conftest import compose_config

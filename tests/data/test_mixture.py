@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
+from amago_app.data.buffer import DiskBuffer, DoNothingDataset, RLDataset
 from amago_app.data.files import save_trajectory
 from amago_app.data.mixture import MixtureOfDatasets
 from amago_app.trainer.build import build_buffer

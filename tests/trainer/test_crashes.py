@@ -17,7 +17,7 @@ import pytest
 
 from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints, RunDirError, find_training_state, read_checkpoint
-from amago_app.trainer.evaluate import evaluate
+from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.run import train
 from conftest import TINY, compose_config
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from amago_app.trainer.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
+from amago_app.interaction.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
 
 
 def test_egreedy_schedule_and_per_actor_scale():

@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from amago_app.data.dataset import RLDataset
+from amago_app.data.buffer import RLDataset
 from amago_app.data.timestep import MAGIC_PAD_VAL, Batch, Trajectory
 
 PADDED_SAMPLING = ("none", "both", "left", "right")

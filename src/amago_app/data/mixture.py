@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from amago_app.data.dataset import RLDataset
+from amago_app.data.buffer import RLDataset
 from amago_app.data.timestep import Trajectory
 
 

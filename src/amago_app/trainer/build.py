@@ -21,14 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.agents.base import BaseAgent
 from amago_app.config.schema import BUFFER_KINDS
-from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
+from amago_app.data.buffer import DiskBuffer, DoNothingDataset, RLDataset
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.envs.vector import ENV_MODES, actor_seed, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
-from amago_app.trainer.rollout import Rollout
+from amago_app.interaction.rollout import Rollout
 
 PRECISIONS = ("no", "bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)

@@ -34,7 +34,7 @@ from amago_app.trainer.build import (
 )
 from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
 from amago_app.trainer.modes import effective_config, has_edit_rights
-from amago_app.trainer.rollout import balanced_quota
+from amago_app.interaction.rollout import balanced_quota
 from amago_app.trainer.stopping import StopRequest
 from amago_app.trainer.threads import ThreadBudget
 

@@ -19,7 +19,7 @@ import torch
 from amago_app.agents.base import BaseAgent
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.data.timestep import Timestep
-from amago_app.trainer.exploration import Exploration
+from amago_app.interaction.exploration import Exploration
 from amago_app.envs.wrapper import AMAGOEnv
 
 
