@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 from amago_app.config import config_dir, setup
 from amago_app.config.overrides import apply_overrides
 from amago_app.data.timestep import Timestep
-from amago_app.trainer.build import build_agent, build_envs
 from amago_app.evaluation.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
+from amago_app.interaction.build import build_agent, build_envs
 from amago_app.interaction.rollout import timestep_tensors
 
 

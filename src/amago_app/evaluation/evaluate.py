@@ -32,10 +32,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from amago_app.config import config_dir, setup
 from amago_app.config.overrides import GROUPS, apply_overrides, trusted_run_config
 from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.interaction.build import build_agent, build_envs, env_seed
+from amago_app.interaction.rollout import Rollout, RolloutStats
 from amago_app.logging.curves import load_run, t95
 from amago_app.rundir import CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, locate, read_checkpoint
-from amago_app.trainer.build import build_agent, build_envs, env_seed
-from amago_app.interaction.rollout import Rollout, RolloutStats
 
 VIDEO_FORMATS = ("mp4", "gif", "both")
 

@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig
 
 from amago_app.envs.wrapper import AMAGOEnv
-from amago_app.trainer.build import env_factory
+from amago_app.interaction.build import env_factory
 from amago_app.interaction.rollout import Rollout
 
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from amago_app.interaction.build import env_seed
 from amago_app.logging.metrics import rollback_jsonl
 from amago_app.rundir import EPOCH_DIR, load_training_state
-from amago_app.trainer.build import env_seed
 
 if TYPE_CHECKING:
     from amago_app.trainer.loop import Trainer
