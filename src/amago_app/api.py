@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.config import config_dir, setup
 from amago_app.config.overrides import apply_overrides
+from amago_app.config.saved import upgrade
 from amago_app.data.timestep import Timestep
 from amago_app.evaluation.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
 from amago_app.interaction.build import build_agent, build_envs
@@ -63,7 +64,7 @@ def train(overrides: Sequence[str] = (), config: DictConfig | Mapping | None = N
         cfg = compose(overrides)
     else:
         cfg = OmegaConf.create(OmegaConf.to_container(OmegaConf.create(config), resolve=False))
-        cfg = apply_overrides(cfg, overrides, skip=())
+        cfg = apply_overrides(upgrade(cfg), overrides, skip=())  # e.g. a config.yaml of an older run
     if run_dir is None:
         run_dir = Path("runs") / str(cfg.run_name) / time.strftime("%Y-%m-%d_%H-%M-%S")
     return run_train(cfg, run_dir, overrides=overrides, argv=["amago_app.train", *overrides])

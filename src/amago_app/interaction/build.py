@@ -23,7 +23,7 @@ def build(node: Any, **kwargs) -> Any:
 
 def env_factory(env_cfg: DictConfig, role: str):
     """The env factory of a role: `make` for training, `make_val` (or `make`) for validation and tests."""
-    key = "make_val" if role != "train" and env_cfg.get("make_val") is not None else "make"
+    key = "make_val" if role != "train" and env_cfg.make_val is not None else "make"
     node = env_cfg[key]
     if node is None or not OmegaConf.is_dict(node) or "_target_" not in node:
         raise ValueError(f"env.{key} must be a factory config with a _target_, got {node!r}")
@@ -50,8 +50,8 @@ def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMA
         mode=cfg.env.mode,
         mp_context=cfg.env.mp_context,
         step_timeout=cfg.env.step_timeout,
-        nan_to_num=bool(cfg.env.get("nan_to_num", False)),
-        env_name=cfg.env.get("name"),
+        nan_to_num=cfg.env.nan_to_num,
+        env_name=cfg.env.name,
     )
 
 
