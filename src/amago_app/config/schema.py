@@ -448,7 +448,7 @@ class MixtureBufferConfig(BufferConfig):
     kind: str = "mixture"
     datasets: Any = field(default_factory=dict)
     """name -> {dataset, weight, initial_weight}. `dataset: own` is this run's disk buffer (root, name, max_size,
-    min_size, relabeler above; it receives the rollouts); otherwise an RLDataset config with a _target_, e.g. a
+    min_size, relabeler above; it receives the rollouts); otherwise a Buffer config with a _target_, e.g. a
     read-only DiskBuffer. `weight`: final sampling weight (all sum to 1); `initial_weight`: start of the fade-in
     (null = the final weight if ready at start, else 0)."""
     smooth_sudden_starts: Optional[int] = None

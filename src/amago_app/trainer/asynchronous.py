@@ -114,7 +114,7 @@ class AsyncCollector(Trainer):
 
     def log(self, section: str, metrics: dict) -> dict[str, float]:
         # metrics/collector{i}.jsonl (its rollouts' returns, exploration, env steps/s); the buffer stats are the learner's
-        if section == "dataset":
+        if section == "buffer":
             return {}
         return super().log(f"collector{self.index}", metrics)
 

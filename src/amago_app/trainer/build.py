@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.agents.base import BaseAgent
 from amago_app.config.schema import BUFFER_KINDS
-from amago_app.data.buffer import DiskBuffer, DoNothingDataset, RLDataset
+from amago_app.data.buffer import Buffer, DiskBuffer, NoBuffer
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.envs.wrapper import AMAGOEnv
@@ -45,15 +45,15 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
                       allow_pickle=b.allow_pickle)
 
 
-def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
-    """The trainer's dataset, by `buffer.kind`: disk | mixture | none."""
+def build_buffer(cfg: DictConfig, run_dir: Path) -> Buffer:
+    """The trainer's buffer, by `buffer.kind`: disk | mixture | none."""
     kind = cfg.buffer.kind
     if kind == "disk":
         return build_disk_buffer(cfg, run_dir)
     if kind == "none":
-        return DoNothingDataset()
+        return NoBuffer()
     if kind == "mixture":
-        from amago_app.data.mixture import MixtureOfDatasets
+        from amago_app.data.mixture import MixtureBuffer
 
         sources = cfg.buffer.get("datasets")
         if not sources:
@@ -71,7 +71,7 @@ def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
                 raise ValueError(f"buffer.datasets.{name}.dataset must be `own` or a config with a _target_, got {node!r}")
             weights.append(float(src.weight))
             initial.append(src.get("initial_weight"))
-        return MixtureOfDatasets(
+        return MixtureBuffer(
             datasets, weights, initial_sampling_weights=initial if any(w is not None for w in initial) else None,
             smooth_sudden_starts=cfg.buffer.smooth_sudden_starts,
         )
@@ -137,10 +137,10 @@ def build_rollouts(cfg: DictConfig, rank: int, run_dir: Path) -> tuple[Rollout, 
     return train, val
 
 
-def build_loader(cfg: DictConfig, dataset: RLDataset, rank: int, device: torch.device) -> BatchLoader:
+def build_loader(cfg: DictConfig, buffer: Buffer, rank: int, device: torch.device) -> BatchLoader:
     t = cfg.trainer
     return BatchLoader(
-        dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
+        buffer, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
         cfg.buffer.fixed_length or t.compile,
         cfg.buffer.prefetch, seed=cfg.seed, rank=rank, pin_memory=device.type == "cuda",
     )
@@ -174,7 +174,7 @@ def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv
 
 
 def build_training_state(cfg: DictConfig, rank: int, acc: Accelerator, agent: BaseAgent, optimizer, scheduler,
-                         counters: Counters, train: Rollout, val: Rollout, buffer: RLDataset) -> TrainingState:
+                         counters: Counters, train: Rollout, val: Rollout, buffer: Buffer) -> TrainingState:
     """Every part of the run's state that a checkpoint saves and a resume restores, in restore order."""
     shared = {"agent": agent, "optimizer": optimizer, "scheduler": scheduler, "counters": counters}
     if acc.scaler is not None:  # fp16: the loss scale and its growth tracker

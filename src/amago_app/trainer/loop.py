@@ -241,7 +241,7 @@ class Trainer:
         housekeeping = self.buffer.on_end_of_collection(self.counters.epoch, self.is_main)
         acc.wait_for_everyone()
         self.buffer.refresh()
-        self.log("dataset", {**housekeeping, **self.buffer.stats()})
+        self.log("buffer", {**housekeeping, **self.buffer.stats()})
 
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
