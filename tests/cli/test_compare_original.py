@@ -145,7 +145,7 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     outcome = json.loads((run / "bench_done.json").read_text())
     assert outcome["returncode"] == 0 and outcome["cpu_seconds"] > 0
     # the original's networks are amago_app's, parameter for parameter
-    from amago_app.trainer.build import build_agent, build_envs
+    from amago_app.interaction.build import build_agent, build_envs
 
     cfg = compose_config(["+experiment=bench/cartpole"], tiny=False)
     envs = build_envs(cfg, "train", num_actors=1)
