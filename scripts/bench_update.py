@@ -73,7 +73,7 @@ def bench_update(args, tmp: Path) -> list[dict]:
                            [f"trainer.train_timesteps_per_epoch={args.fill_steps}", *args.override])
     trainer._open_outputs()
     trainer.collect()
-    trainer.dataset.refresh()
+    trainer.buffer.refresh()
     epoch = iter(range(1, 10**6))
 
     def updates_with_loading():  # one epoch's batches through the persistent loader, as the loop draws them
@@ -111,10 +111,10 @@ def bench_loop(args, tmp: Path) -> list[dict]:
     trainer._open_outputs()
     ups, fps = [], []
     for epoch in range(3):  # collect -> store -> update, as Trainer.run_epoch does
-        trainer.epoch = epoch
+        trainer.counters.epoch = epoch
         fps.append(trainer.collect())
         trainer.store()
-        if trainer.dataset.ready_for_training:
+        if trainer.buffer.ready_for_training:
             ups.append(trainer.update())
     trainer.close()
     return [{"bench": "loop", "updates_per_s": round(statistics.median(ups), 2),

@@ -73,7 +73,7 @@ def test_the_auto_defaults_build_and_train_with_this_machines_choice(tmp_path, c
     trainer, rows = _train_one_epoch(tmp_path, ["logger.verbose=true", "logger.console=plain"])
     assert trainer.precision == expected and trainer.compiled.value is (device_type(False) == "cuda")
     assert trainer.autocast_used == expected.value
-    assert trainer.gradient_steps == 3 and all(r["train-update/Loss"] == r["train-update/Loss"] for r in rows)
+    assert trainer.counters.gradient_steps == 3 and all(r["train-update/Loss"] == r["train-update/Loss"] for r in rows)
     assert rows[0]["train-update/bf16 Autocast"] == float(expected.value == "bf16")
     assert rows[0]["train-update/Compiled"] == float(trainer.compiled.value)
     out = capsys.readouterr().out

@@ -41,7 +41,8 @@ def test_overlapped_run_trains_collects_as_much_and_acts_with_the_epochs_startin
     plain, _ = _run(tmp_path, "plain", ["trainer.overlap_collection=false"])
     # the first epoch fills the buffer in the foreground; every later one collects beside its update
     assert [r["train/Collected Beside the Update"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
-    assert trainer.total_frames == plain.total_frames and trainer.gradient_steps == plain.gradient_steps == 12
+    assert trainer.counters.total_frames == plain.counters.total_frames
+    assert trainer.counters.gradient_steps == plain.counters.gradient_steps == 12
     # the last epoch (3) acted with the weights epoch 2 ended with
     saved = torch.load(tmp_path / "run/ckpts/policy_weights/policy_epoch_2.pt", weights_only=True)
     acting = trainer._background.acting.state_dict()
