@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from speed_common import PeakRSS, cpu_name, timed_blocks
+from speed_common import PeakRSS, cpu_flags, cpu_name, timed_blocks
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {  # name -> (Hydra overrides of the network, window)
@@ -96,7 +96,9 @@ def bench_update(args, tmp: Path) -> list[dict]:
            "updates_per_s_best": round(max(loaded), 2),
            "updates_per_s_no_loading": round(statistics.median(compute), 2),
            "updates_per_s_no_loading_best": round(max(compute), 2), "trainable_params": params,
-           "precision": trainer.precision_name, "compiled": bool(trainer.compiled.value)}
+           # (older checkouts, measured with PYTHONPATH=<checkout>/src for an A/B, name their settings only)
+           "precision": getattr(trainer, "precision_name", trainer.cfg.trainer.mixed_precision),
+           "compiled": bool(getattr(trainer, "compiled", None) and trainer.compiled.value)}
     trainer.close()
     return [row]
 
@@ -155,11 +157,9 @@ def worker(args) -> None:
 def machine_row(args) -> dict:
     import torch
 
-    from amago_app.trainer.hardware import NATIVE_BF16_CPU_FLAGS, cpu_flags
-
     flags = cpu_flags()
     return {"bench": "machine", "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)),
-            "bf16_flags": sorted(flags & set(NATIVE_BF16_CPU_FLAGS)), "avx512": "avx512f" in flags,
+            "bf16_flags": sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"}), "avx512": "avx512f" in flags,
             "torch": torch.__version__, "threads": args.threads or "auto", "python": sys.version.split()[0],
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_average": round(os.getloadavg()[0], 2)}

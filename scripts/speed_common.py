@@ -20,6 +20,18 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo `flags` on x86, `Features` on Arm); empty elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
 def timed_blocks(run_block, blocks: int, iters: int) -> list[float]:
     """Rates (iterations/s) of `blocks` calls of `run_block`, each doing `iters` iterations."""
     rates = []
