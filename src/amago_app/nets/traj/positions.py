@@ -11,14 +11,19 @@ import torch.nn as nn
 POS_EMBS = ("fixed", "learnable", "rope", "none")
 
 
-def sinusoid(time_idxs: torch.Tensor, dim: int) -> torch.Tensor:
-    """sin/cos(t * 10000^(-2i/d)) on even/odd dims. time_idxs (..., ) -> (..., dim)."""
-    freqs = torch.exp(torch.arange(0, dim, 2, device=time_idxs.device, dtype=torch.float32) * (-math.log(10000.0) / dim))
+def sinusoid_freqs(dim: int, device=None) -> torch.Tensor:
+    """10000^(-2i/d) for the even dims i of `dim`."""
+    return torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
+
+
+def sinusoid(time_idxs: torch.Tensor, dim: int, freqs: torch.Tensor | None = None) -> torch.Tensor:
+    """sin/cos(t * 10000^(-2i/d)) on even/odd dims. time_idxs (..., ) -> (..., dim). `freqs`: sinusoid_freqs(dim)
+    computed once (a rollout step embeds one position per call)."""
+    if freqs is None:
+        freqs = sinusoid_freqs(dim, time_idxs.device)
     angles = time_idxs.float().unsqueeze(-1) * freqs
-    out = torch.zeros(*time_idxs.shape, dim, device=time_idxs.device)
-    out[..., 0::2] = torch.sin(angles)
-    out[..., 1::2] = torch.cos(angles[..., : dim // 2])
-    return out
+    out = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(-2)  # sin, cos interleaved
+    return out[..., :dim]
 
 
 class PositionalEmbedding(nn.Module):
@@ -29,6 +34,8 @@ class PositionalEmbedding(nn.Module):
         if kind not in POS_EMBS:
             raise ValueError(f"pos_emb={kind!r} is not one of {POS_EMBS}")
         self.kind, self.d_model = kind, d_model
+        if kind == "fixed":
+            self.register_buffer("freqs", sinusoid_freqs(d_model), persistent=False)
         if kind == "learnable":
             if not max_time_idx:
                 raise ValueError("pos_emb=learnable needs max_time_idx (the longest rollout, in steps)")
@@ -37,7 +44,7 @@ class PositionalEmbedding(nn.Module):
 
     def forward(self, time_idxs: torch.Tensor) -> torch.Tensor | None:
         if self.kind == "fixed":
-            return sinusoid(time_idxs, self.d_model)
+            return sinusoid(time_idxs, self.d_model, self.freqs)
         if self.kind == "learnable":
             return self.table(time_idxs.clamp(0, self.max_time_idx - 1))
         return None
