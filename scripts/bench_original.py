@@ -104,10 +104,10 @@ def bench_update(args, tmp: Path) -> dict:
             exp.train_step(batch, log_step=False)
 
     compute = timed_blocks(compute_only, args.blocks, args.iters)
-    return {"bench": "update", "updates_per_s": round(statistics.median(loaded), 2),
-            "updates_per_s_best": round(max(loaded), 2),
-            "updates_per_s_no_loading": round(statistics.median(compute), 2),
-            "updates_per_s_no_loading_best": round(max(compute), 2), "trainable_params": params}
+    return {"bench": "update", "updates_per_s": round(statistics.median(loaded), 3),
+            "updates_per_s_best": round(max(loaded), 3),
+            "updates_per_s_no_loading": round(statistics.median(compute), 3),
+            "updates_per_s_no_loading_best": round(max(compute), 3), "trainable_params": params}
 
 
 def bench_loop(args, tmp: Path) -> dict:
@@ -128,7 +128,7 @@ def bench_loop(args, tmp: Path) -> dict:
             for batch in exp.train_dloader:
                 exp.train_step(batch, log_step=False)
             ups.append(batches / (time.perf_counter() - start))
-    return {"bench": "loop", "updates_per_s": round(statistics.median(ups), 2),
+    return {"bench": "loop", "updates_per_s": round(statistics.median(ups), 3),
             "env_steps_per_s": round(statistics.median(fps), 1)}
 
 

@@ -92,10 +92,10 @@ def bench_update(args, tmp: Path) -> list[dict]:
 
     compute = timed_blocks(updates_no_loading, args.blocks, args.iters)
     params = sum(p.numel() for p in trainer.params)
-    row = {"bench": "update", "updates_per_s": round(statistics.median(loaded), 2),
-           "updates_per_s_best": round(max(loaded), 2),
-           "updates_per_s_no_loading": round(statistics.median(compute), 2),
-           "updates_per_s_no_loading_best": round(max(compute), 2), "trainable_params": params,
+    row = {"bench": "update", "updates_per_s": round(statistics.median(loaded), 3),
+           "updates_per_s_best": round(max(loaded), 3),
+           "updates_per_s_no_loading": round(statistics.median(compute), 3),
+           "updates_per_s_no_loading_best": round(max(compute), 3), "trainable_params": params,
            # (older checkouts, measured with PYTHONPATH=<checkout>/src for an A/B, name their settings only)
            "precision": getattr(trainer, "precision_name", trainer.cfg.trainer.mixed_precision),
            "compiled": bool(getattr(trainer, "compiled", None) and trainer.compiled.value)}
@@ -119,7 +119,7 @@ def bench_loop(args, tmp: Path) -> list[dict]:
         if trainer.buffer.ready_for_training:
             ups.append(trainer.update())
     trainer.close()
-    return [{"bench": "loop", "updates_per_s": round(statistics.median(ups), 2),
+    return [{"bench": "loop", "updates_per_s": round(statistics.median(ups), 3),
              "env_steps_per_s": round(statistics.median(fps), 1)}]
 
 
@@ -207,7 +207,7 @@ def summary(rows: list[dict]) -> list[str]:
             compare = (f"{ours / orig:.2f}x the memory" if fig == "peak_rss_mb" else
                        f"{orig / ours:.2f}x faster" if fig.startswith("ms_") else f"{ours / orig:.2f}x faster")
         what = f"{bench}: {fig}" + (f" @ context {context}" if context is not None else "")
-        fmt = lambda v: "-" if v is None else f"{v:,.{3 if fig.startswith('ms_') else 1 if v > 100 else 2}f}"
+        fmt = lambda v: "-" if v is None else f"{v:,.{3 if fig.startswith('ms_') or v < 1 else 1 if v > 100 else 2}f}"
         lines.append(f"| {workload} | {what} | {fmt(ours)} | {fmt(orig)} | {compare} |")
     return lines
 
