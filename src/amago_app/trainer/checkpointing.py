@@ -9,19 +9,29 @@ read by `amago_app.rundir` (atomic, all-or-nothing, tensors only).
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
+from amago_app.logging.curves import read_records
 from amago_app.logging.metrics import rollback_jsonl
-from amago_app.rundir import EPOCH_DIR, load_training_state
+from amago_app.logging.results import VAL_RETURN
+from amago_app.rundir import (ABANDONED_PREFIX, EPOCH_DIR, OneLineError, RunDirError, atomic_write_bytes, intact,
+                              load_training_state, state_dict_differences)
 from amago_app.trainer.build import env_seed
 
 if TYPE_CHECKING:
     from amago_app.trainer.loop import Trainer
+
+
+class StateMismatch(OneLineError):
+    """A saved training state does not fit what this config builds (another architecture, actor count, ...)."""
 
 
 def agent_weights(trainer: "Trainer") -> dict:
@@ -53,7 +63,11 @@ def restore(trainer: "Trainer", state_dir: Path) -> None:
     """Restore everything `save` wrote. The resumed state becomes the run's timeline: what newer epochs saved is
     set aside, metric rows logged after it are rolled back, buffer files written after it are removed."""
     main, own = load_training_state(state_dir, trainer.rank)
-    trainer.agent.load_state_dict(main["agent"])
+    try:
+        trainer.agent.load_state_dict(main["agent"])
+    except RuntimeError:
+        raise StateMismatch(f"the agent saved in {state_dir} does not fit the agent this config builds "
+                            f"({state_dict_differences(main['agent'], trainer.agent.state_dict())})") from None
     trainer.optimizer.load_state_dict(main["optimizer"])
     trainer.scheduler.load_state_dict(main["scheduler"])
     c = main["counters"]
@@ -86,7 +100,43 @@ def restore(trainer: "Trainer", state_dir: Path) -> None:
                           "continuation", stacklevel=3)
 
 
+def best_record(trainer: "Trainer") -> dict | None:
+    """The record of `ckpts/best/` (epoch and validation return of the best weights). A record that is corrupt or
+    missing beside the weights is rebuilt from the validations in `metrics/val.jsonl` (the weights were chosen by
+    them), with a warning; if that is impossible too, the weights are set aside, never deleted, and a new best is
+    chosen from then on."""
+    ck = trainer.ckpts
+    try:
+        record = ck.read_best()
+        if record is not None or not ck.best.exists():
+            return record
+        problem = f"{ck.best_info} is missing"
+    except RunDirError as e:
+        problem = str(e)
+    validations = [r for r in read_records(trainer.run_dir / "metrics" / "val.jsonl")
+                   if isinstance(r.get(VAL_RETURN), (int, float)) and np.isfinite(r[VAL_RETURN])
+                   and isinstance(r.get("epoch"), int)]
+    if validations and intact(ck.best):
+        top = max(validations, key=lambda r: r[VAL_RETURN])  # the first of equals: a later equal one never replaced it
+        record = {"epoch": top["epoch"], "val_return": float(top[VAL_RETURN]),
+                  "val_episodes": int(top.get("val/Episodes (All Processes)", 0)),
+                  "total_frames": top.get("total_frames", 0), "gradient_steps": top.get("gradient_steps", 0),
+                  "rebuilt_from": "metrics/val.jsonl"}
+        text = json.dumps(record, indent=2).encode()
+        atomic_write_bytes(ck.best_info, lambda f: f.write(text))
+        warnings.warn(f"{problem}: rebuilt it from metrics/val.jsonl (the best validation return "
+                      f"{record['val_return']:.4g}, epoch {record['epoch']}); the best weights are kept", stacklevel=2)
+        return record
+    why = "metrics/val.jsonl holds no validation" if intact(ck.best) else "its weights are truncated"
+    aside = ck.root / f"{ABANDONED_PREFIX}best-unverified-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(ck.best.parent, aside)
+    warnings.warn(f"{problem} and cannot be rebuilt ({why}): the best weights so far are kept in {aside}; "
+                  "the best is chosen anew from here on", stacklevel=2)
+    return None
+
+
 def _make_timeline(trainer: "Trainer", state_dir: Path) -> None:
+    best_record(trainer)  # a corrupt record is rebuilt before newer epochs are set aside by it
     match = EPOCH_DIR.match(state_dir.name)
     if match:
         moved = trainer.ckpts.abandon_newer_than(int(match.group(1)))

@@ -222,7 +222,7 @@ class Trainer:
 
     def _keep_best(self, val_return: float) -> None:
         """ckpts/best/policy.pt: the weights with the highest validation return so far (`checkpoint=best`)."""
-        best = self.ckpts.read_best()
+        best = checkpointing.best_record(self)
         if best is None or val_return > best["val_return"]:
             self.ckpts.write_best(self._weights(), {
                 "epoch": self.epoch, "val_return": float(val_return), "val_episodes": self._val_episodes,
