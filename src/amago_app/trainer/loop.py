@@ -31,6 +31,7 @@ from amago_app.trainer.build import (
     build_outputs,
     build_rollouts,
     shared_run_dir,
+    trajectory_spec,
 )
 from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
 from amago_app.trainer.modes import effective_config, has_edit_rights
@@ -63,6 +64,7 @@ class Trainer:
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.dataset = build_buffer(cfg, self.run_dir)
         self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
+        self.dataset.expect(trajectory_spec(self.train_envs))  # files that do not fit are skipped and counted
         self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
