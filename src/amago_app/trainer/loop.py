@@ -78,7 +78,8 @@ class Trainer:
         self.frames_per_env: dict[str, int] = {}
         self.elapsed = 0.0  # training wall time before this process started (resume)
         self.guard = NonFiniteGuard(acc, t.get("max_nonfinite_updates", 10), t.mixed_precision)
-        self.stop = StopRequest()  # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
+        # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
+        self.stop = StopRequest(last_saved=self._last_saved)
         self._val_episodes = 0
         self._last_loss: float | None = None  # of the last logged update (the console's epoch line)
         self._last_val: float | None = None
@@ -320,7 +321,16 @@ class Trainer:
 
     # --- stopping on request -------------------------------------------------------------------------
     def _interrupted(self) -> bool:
-        return bool(self.stop)
+        if self.stop:
+            self.stop.note()
+            return True
+        return False
+
+    def _last_saved(self) -> str:
+        state = self.ckpts.latest_state_dir()
+        if state is None:
+            return "no training state was saved yet"
+        return f"the last saved training state {state} is intact; continue with:\n  {self.resume_command()}"
 
     def _catch_stop_signals(self) -> None:
         """Ctrl-C / SIGTERM stop the run with its state saved (trainer/stopping.py): single-process runs only."""
