@@ -1,13 +1,14 @@
 """AMAGOEnv over real gymnasium envs and vector envs."""
 
 import os
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
 
-from amago_app.envs.vector import make_vector_env
+from amago_app.envs.vector import StepTimeout, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 
 
@@ -168,6 +169,19 @@ class Hangs(Countdown):
 def test_async_worker_hang_times_out():
     env = make_vector_env(Hangs, 2, mode="async", step_timeout=1.0)
     env.reset(seed=0)
-    with pytest.raises(RuntimeError, match="did not answer within 1.0s"):
+    with pytest.raises(StepTimeout, match="an async env worker did not return from its step within "
+                                          "env.step_timeout=1s"):
         env.step(np.array([[0], [0]]))
+    env.close()
+
+
+def test_sync_hang_times_out_naming_the_env_and_the_step():
+    """env.step_timeout holds in the default sync mode too (before, a hung step blocked the run forever)."""
+    env = make_vector_env(Hangs, 2, mode="sync", step_timeout=0.5)
+    env.reset(seed=0)
+    start = time.monotonic()
+    with pytest.raises(StepTimeout, match=r"^env 'Countdown' did not return from step 1 of its episode within "
+                                          r"env.step_timeout=0.5s"):
+        env.step(np.array([[0], [0]]))
+    assert time.monotonic() - start < 5
     env.close()
