@@ -68,7 +68,7 @@ def consistent(run_dir: Path) -> str:
         read_checkpoint(ck.state_dir(e) / "main.pt")
         read_checkpoint(ck.state_dir(e) / "rank0.pt")
     leftovers = [p for p in run_dir.rglob(".tmp-*")]
-    epochs = [r["epoch"] for r in read_jsonl(run_dir / "metrics" / "dataset.jsonl")]
+    epochs = [r["epoch"] for r in read_jsonl(run_dir / "metrics" / "buffer.jsonl")]
     ok = not leftovers and epochs == sorted(set(epochs))
     def span(xs):
         return f"{xs[0]}..{xs[-1]}" if len(xs) > 4 else str(xs)
@@ -426,9 +426,9 @@ def hostile(rows, work: Path) -> None:
     r = run("train", *TINY, f"resume={d}", "trainer.epochs=5", "trainer.start_collecting_at_epoch=100", cwd=work)
     log = (d / "train.log").read_text()
     named = sum(f"skipping trajectory file {p}" in log for p in files[:len(kinds)])
-    skipped = read_jsonl(d / "metrics" / "dataset.jsonl")[-1]["dataset/Skipped Files"]
+    skipped = read_jsonl(d / "metrics" / "buffer.jsonl")[-1]["buffer/Skipped Files"]
     rows.append((f"buffer `.npz` files with {', '.join(kinds)}, `resume=<run>` for 3 epochs",
-                 f"rc {r.returncode}; named in train.log {named} of {len(kinds)}, `dataset/Skipped Files` {skipped:g}, "
+                 f"rc {r.returncode}; named in train.log {named} of {len(kinds)}, `buffer/Skipped Files` {skipped:g}, "
                  f"NaN file named on stderr: {str(files[3]) in r.stderr}; {consistent(d)}"))
 
     # --- envs --------------------------------------------------------------------------------------------

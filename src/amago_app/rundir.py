@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 import numpy as np
 import yaml
+from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:
     import torch
@@ -375,6 +376,17 @@ def _simulated_disk_full(path: Path) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+def save_config(cfg: DictConfig, run_dir: Path) -> None:
+    """What later commands rebuild the run from.
+
+    `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
+    from the horizon); `config.resolved.yaml` records the concrete values the run used.
+    """
+    for name, resolve in ((CONFIG_FILE, False), (RESOLVED_CONFIG_FILE, True)):
+        text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
+        atomic_write_bytes(Path(run_dir) / name, lambda f, text=text: f.write(text))
+
+
 _crash_counts: dict[str, int] = {}
 
 
@@ -516,7 +528,7 @@ class Checkpoints:
         """Every process calls this at the same point of the loop.
 
         `main`: the state shared by all processes (agent, optimizer, ...), given by the main process only (None
-        on the others); `own`: this process's state (its RNGs are added here); `weights`: the agent's state
+        on the others); `own`: this process's state (RNGs, rollouts, ...); `weights`: the agent's state
         dict for `policy_weights/` and `latest/` (main process). The state becomes visible, complete, only when
         the main process renames the staging directory after every process wrote.
         """
@@ -524,7 +536,7 @@ class Checkpoints:
             if main is not None:  # creates the staging dir before the others write into it
                 self.write_main_state(epoch, main)
             barrier()
-            self.write_rank_state(epoch, rank, {"rng": rng_state(), **own})
+            self.write_rank_state(epoch, rank, own)
             barrier()
             if main is not None:
                 crash_point("before-publish")
@@ -612,8 +624,7 @@ def find_training_state(path: str | os.PathLike) -> Path:
 def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, dict | None]:
     """(shared state, this process's state or None) of a training state saved by `save_training_state`.
 
-    The process's RNGs are restored here. Its own file is missing when the run was saved with fewer processes;
-    the caller then starts that process's RNGs, exploration and recorder fresh.
+    The process's own file is missing when the run was saved with fewer processes.
     """
     state_dir = Path(state_dir)
     try:
@@ -632,7 +643,6 @@ def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, 
         hint = (f"; epoch_{older[-1]} is intact (resume={run_dir} continues from the newest intact state)"
                 if older else "; no older state of this run is intact")
         raise RunDirError(f"{e}{hint}") from None
-    set_rng_state(own["rng"])
     return main, own
 
 

@@ -40,7 +40,7 @@ def state(run: Path) -> dict:
     for e in ck.saved_epochs():
         read_checkpoint(ck.state_dir(e) / "main.pt"), read_checkpoint(ck.state_dir(e) / "rank0.pt")
     return {"epochs": ck.saved_epochs(), "tmp": [str(p.relative_to(run)) for p in run.rglob(".tmp-*")],
-            "metric_epochs": [r["epoch"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")]}
+            "metric_epochs": [r["epoch"] for r in read_jsonl(run / "metrics" / "buffer.jsonl")]}
 
 
 def full(work: Path, mode: str) -> dict:

@@ -44,7 +44,7 @@ def test_an_empty_file_of_the_newest_state_falls_back_to_the_previous_epoch(save
     assert ck.saved_epochs() == [0, 1]  # epoch 1 trained again from epoch_0 and saved whole
     for e in (0, 1):
         read_checkpoint(ck.state_dir(e) / "main.pt"), read_checkpoint(ck.state_dir(e) / "rank0.pt")
-    assert [row["epoch"] for row in read_jsonl(run / "metrics" / "dataset.jsonl")] == [0, 1]
+    assert [row["epoch"] for row in read_jsonl(run / "metrics" / "buffer.jsonl")] == [0, 1]
 
 
 def _corrupt(path: str, how: str) -> None:
@@ -79,8 +79,8 @@ def test_buffer_files_that_do_not_fit_are_skipped_named_and_counted(saved_run, t
     nan_file = files[3]
     assert f"amago-train: warning: skipping trajectory file {nan_file}: rews holds non-finite values (nan)" in r.stderr
     assert "not saving epoch" not in r.stderr  # the NaN never reached an update
-    dataset = read_jsonl(run / "metrics" / "dataset.jsonl")
-    assert dataset[-1]["dataset/Skipped Files"] >= 1
+    buffer_rows = read_jsonl(run / "metrics" / "buffer.jsonl")
+    assert buffer_rows[-1]["buffer/Skipped Files"] >= 1
     assert len(read_jsonl(run / "metrics" / "train-update.jsonl")) > updates_before  # training went on
     assert Checkpoints(run).saved_epochs() == [0, 1, 2, 3, 4]
 
@@ -89,7 +89,8 @@ def test_a_resume_that_changes_the_architecture_names_the_keys(saved_run, tmp_pa
     run = copy_run(saved_run, tmp_path / "run")
     line = one_line_error(amago_cli("train", f"resume={run}", "traj_encoder.d_model=32", cwd=tmp_path), "train")
     assert "with this command's changes to the saved config (traj_encoder.d_model: 16 -> 32)" in line
-    assert "does not fit the agent this config builds" in line and "different shapes: traj_encoder." in line
+    assert "the agent saved in" in line and "does not fit the one this config builds" in line
+    assert "different shapes: traj_encoder." in line
     line = one_line_error(amago_cli("train", f"resume={run}", "env.parallel_actors=3", cwd=tmp_path), "train")
     assert "(env.parallel_actors: 2 -> 3)" in line
     assert Checkpoints(run).saved_epochs() == [0, 1]

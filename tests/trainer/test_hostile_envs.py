@@ -47,7 +47,7 @@ def test_sigterm_ends_a_run_whose_env_hangs_within_seconds(tmp_path):
     assert ck.saved_epochs() == [0, 1, 2]
     for e in ck.saved_epochs():
         read_checkpoint(ck.state_dir(e) / "main.pt"), read_checkpoint(ck.state_dir(e) / "rank0.pt")
-    assert [r["epoch"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")] == [0, 1, 2]
+    assert [r["epoch"] for r in read_jsonl(run / "metrics" / "buffer.jsonl")] == [0, 1, 2]
 
 
 def test_step_timeout_holds_in_sync_mode(tmp_path):

@@ -19,6 +19,7 @@ from typing import Sequence
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from amago_app.config.saved import upgrade
 from amago_app.rundir import CONFIG_FILE, HISTORY_FILE, RunDirError, atomic_write_bytes, read_yaml
 
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
@@ -74,8 +75,9 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str],
 
 def run_config(run_dir: str | Path) -> DictConfig:
     """The config a run uses now: its original `config.yaml` with the overrides of every resume applied in order
-    (`overrides_history.yaml`). Both files are read within bounds and checked against the schemas: a broken or
-    mistyped file fails here with one line naming it and the key."""
+    (`overrides_history.yaml`), brought up to date with this version (`config/saved.py`). Both files are read
+    within bounds and checked against the schemas: a broken or mistyped file fails here with one line naming it
+    and the key."""
     run_dir = Path(run_dir)
     path = run_dir / CONFIG_FILE
     data = read_yaml(path)
@@ -83,6 +85,8 @@ def run_config(run_dir: str | Path) -> DictConfig:
         raise RunDirError(f"{path} does not hold a config (a mapping of keys) but {type(data).__name__}; restore it "
                           "or start a new run")
     cfg = OmegaConf.create(data)
+    check_sections(cfg, str(path))
+    upgrade(cfg)  # today's module paths, and the defaults of keys added since the run was saved
     check_config(cfg, str(path))
     history = read_history(run_dir)
     for entry in history:
@@ -139,23 +143,29 @@ def _schema_of(section: str, node) -> type | None:
     return None
 
 
+def check_sections(cfg: DictConfig, source: str) -> None:
+    """Every section a run needs is there and is a mapping of keys."""
+    for section in (*_EXACT_SECTIONS, *_FACTORY_SECTIONS):
+        node = cfg._get_node(section) if section in cfg.keys() else None
+        if node is None or (node._is_none() and section != "exploration"):
+            raise RunDirError(f"{source} has no {section} section; restore it or start a new run")
+        if not node._is_none() and not OmegaConf.is_dict(node):
+            raise RunDirError(f"{source}: {section} must be a mapping of keys, not {node._value()!r}")
+
+
 def check_config(cfg: DictConfig, source: str) -> None:
-    """Refuse a config read from disk whose sections are not mappings, whose keys in the schema-made sections are
-    unknown (a typo: `trainer.batchsize`) or whose values have the wrong type (`batch_size: abc`); a key an older
-    version did not write gets its default (with a warning). Interpolations are left as they are."""
+    """Refuse a config read from disk (after `upgrade`) whose sections are missing or not mappings, whose keys in the
+    schema-made sections are unknown (a typo: `trainer.batchsize`) or missing without a default, or whose values
+    have the wrong type (`batch_size: abc`). Interpolations are left as they are."""
     from omegaconf.errors import OmegaConfBaseException
 
     from amago_app.config.schema import Config
 
-    filled = []
+    check_sections(cfg, source)
     for section in (*_EXACT_SECTIONS, *_FACTORY_SECTIONS):
-        node = cfg._get_node(section) if section in cfg else None
-        if node is None or node._is_none():
-            if section == "exploration" and node is not None:
-                continue  # no exploration
-            raise RunDirError(f"{source} has no {section} section; restore it or start a new run")
-        if not OmegaConf.is_dict(node):
-            raise RunDirError(f"{source}: {section} must be a mapping of keys, not {node._value()!r}")
+        node = cfg._get_node(section)
+        if node._is_none():
+            continue  # exploration: none
         schema = _schema_of(section, node)
         if schema is None:
             continue  # a user's own component: its factory checks its arguments
@@ -167,13 +177,9 @@ def check_config(cfg: DictConfig, source: str) -> None:
                 close = difflib.get_close_matches(unknown[0], known, n=1)
                 hint = f" (did you mean {section}.{close[0]}?)" if close else ""
                 raise RunDirError(f"{source}: {section}.{unknown[0]} is not a key of {section}{hint}; fix the file")
-            for key in known:
-                if key not in node.keys():
-                    if OmegaConf.is_missing(template, key):
-                        raise RunDirError(f"{source} has no {section}.{key}; restore it or start a new run")
-                    with open_dict(cfg):
-                        node[key] = template._get_node(key)._value()
-                    filled.append(f"{section}.{key}")
+            missing = [k for k in known if k not in node.keys()]
+            if missing:
+                raise RunDirError(f"{source} has no {section}.{missing[0]}; restore it or start a new run")
         OmegaConf.set_struct(template, False)
         try:
             OmegaConf.merge(template, node)
@@ -183,9 +189,6 @@ def check_config(cfg: DictConfig, source: str) -> None:
         OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.masked_copy(cfg, [k for k in _TOP_LEVEL if k in cfg]))
     except OmegaConfBaseException as e:
         raise RunDirError(f"{source}: {e.full_key}: {str(e).splitlines()[0]}; fix the file") from None
-    if filled:
-        warnings.warn(f"{source} has no {', '.join(filled)} (written by an earlier version?): using the default",
-                      stacklevel=2)
 
 
 def _command_line(argv: Sequence[str]) -> str:

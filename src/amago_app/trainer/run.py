@@ -12,9 +12,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from amago_app.config import setup
 from amago_app.config.overrides import apply_overrides, check_config, record_command, trusted_run_config
 from amago_app.rundir import (HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock, claim_fresh_run_dir,
-                              describe_os_error, filesystem_error, find_training_state, run_dir_of_state)
+                              describe_os_error, filesystem_error, find_training_state, run_dir_of_state, save_config)
 from amago_app.trainer import checkpointing
-from amago_app.trainer.loop import Trainer, save_config
+from amago_app.trainer.loop import Trainer
 
 
 def _take_run_dir(run_dir: Path) -> RunLock:
@@ -53,7 +53,7 @@ def changed_keys(saved: DictConfig, now: DictConfig) -> list[str]:
 def _restore(trainer: Trainer, state_dir: Path, changes: list[str]) -> None:
     """Load the saved state; when it does not fit what this command's overrides build, say which keys differ."""
     try:
-        trainer.load_checkpoint(state_dir)
+        trainer.resume(state_dir)
     except Exception as e:  # noqa: BLE001 - re-raised unless this command's changes explain it
         if (not changes or (isinstance(e, OneLineError) and not isinstance(e, checkpointing.StateMismatch))
                 or filesystem_error(e) is not None):

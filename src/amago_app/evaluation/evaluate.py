@@ -30,13 +30,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
-from amago_app.config.overrides import GROUPS, apply_overrides, trusted_run_config
+from amago_app.config.overrides import GROUPS, apply_overrides, check_config, trusted_run_config
 from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.interaction.build import build_agent, build_envs, env_seed
+from amago_app.interaction.rollout import Rollout, RolloutStats
 from amago_app.logging.curves import load_run, t95
 from amago_app.rundir import (CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, atomic_write_new, locate,
                               make_new_dir, read_checkpoint)
-from amago_app.trainer.build import build_agent, build_envs, env_seed
-from amago_app.trainer.rollout import Rollout, RolloutStats
 
 VIDEO_FORMATS = ("mp4", "gif", "both")
 
@@ -196,7 +196,9 @@ def eval_config(run_dir: Path, overrides: Sequence[str], allow_targets: Sequence
         with open_dict(cfg):
             cfg.env = OmegaConf.create(OmegaConf.to_container(fresh.env, resolve=False))
         others = [x for x in others if not x.startswith("env.")]
-    return apply_overrides(cfg, others)
+    cfg = apply_overrides(cfg, others)
+    check_config(cfg, f"the config of {run_dir} with this command's overrides")  # e.g. trainer.batch_size=abc
+    return cfg
 
 
 # --- statistics ----------------------------------------------------------------------------------------------
@@ -269,7 +271,7 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
         summary["warning"] = (f"only {stats.episodes} of {opts.episodes} episodes finished within max_steps={max_steps} "
                               "steps per actor; raise max_steps")
     if opts.video.episodes:
-        from amago_app.trainer.video import record_videos
+        from amago_app.evaluation.video import record_videos
 
         v = opts.video
         # the default folder is new (videos_<time>-2 when another amago-eval took the name); removed if it stays empty
