@@ -1,6 +1,6 @@
 """A full disk and a run directory made read-only mid-run, for tests/trainer/test_disks.py.
 
-    python disk_scenarios.py full|readonly WORK_DIR tmpfs|simulated|chmod
+    python disk_scenarios.py full|readonly WORK_DIR tmpfs|simulated|chmod [RUN]
 
 Run inside a private mount namespace (`unshare -rm`) the scenarios use real file systems: `full` trains on a
 small tmpfs filled up before a checkpoint, `readonly` bind-mounts the run directory read-only while it trains.
@@ -43,14 +43,19 @@ def state(run: Path) -> dict:
             "metric_epochs": [r["epoch"] for r in read_jsonl(run / "metrics" / "buffer.jsonl")]}
 
 
-def full(work: Path, mode: str) -> dict:
+def full(work: Path, mode: str, source: Path | None = None) -> dict:
+    """`source`: a finished run to continue (copied onto the small disk); else a 1-epoch run is trained there."""
     disk = work / "disk"
     disk.mkdir()
     if mode == "tmpfs":
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], check=True)
     run = disk / "run"
-    first = train(*RUN, "trainer.epochs=1", f"hydra.run.dir={run}", cwd=work)
-    assert first.returncode == 0, first.stderr[-3000:]
+    if source is not None:
+        shutil.copytree(source, run, ignore=shutil.ignore_patterns(".lock"))
+    else:
+        first = train(*RUN, "trainer.epochs=1", f"hydra.run.dir={run}", cwd=work)
+        assert first.returncode == 0, first.stderr[-3000:]
+    epochs = len(state(run)["epochs"]) + 1
     extra = {}
     if mode == "tmpfs":
         # room for the next epoch's buffer files, metrics and policy copies, not for its training state (main.pt
@@ -61,10 +66,10 @@ def full(work: Path, mode: str) -> dict:
             f.write(b"\0" * max(free - room, 0))
     else:
         extra["AMAGO_DISK_FULL_AT"] = "main.pt"
-    refused = train(f"resume={run}", "trainer.epochs=2", cwd=work, **extra)
+    refused = train(f"resume={run}", f"trainer.epochs={epochs}", cwd=work, **extra)
     after_refusal = state(run)
     (disk / "filler").unlink(missing_ok=True)
-    resumed = train(f"resume={run}", "trainer.epochs=2", cwd=work)
+    resumed = train(f"resume={run}", f"trainer.epochs={epochs}", cwd=work)
     return {"refused": [refused.returncode, refused.stderr], "after_refusal": after_refusal,
             "resumed": [resumed.returncode, resumed.stderr], "final": state(run), "run": str(run)}
 
@@ -100,4 +105,5 @@ def readonly(work: Path, mode: str) -> dict:
 
 if __name__ == "__main__":
     scenario, work, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    print(json.dumps({"full": full, "readonly": readonly}[scenario](work, mode)))
+    source = [Path(sys.argv[4])] if len(sys.argv) > 4 else []
+    print(json.dumps({"full": full, "readonly": readonly}[scenario](work, mode, *source)))

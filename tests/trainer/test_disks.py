@@ -25,7 +25,7 @@ def _namespaces() -> bool:
     return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
-def scenario(name: str, work: Path) -> dict:
+def scenario(name: str, work: Path, *source: Path) -> dict:
     if _namespaces():
         cmd = ["unshare", "-rm", sys.executable, str(SCENARIOS), name, str(work), "tmpfs"]
     elif name == "full":
@@ -34,6 +34,7 @@ def scenario(name: str, work: Path) -> dict:
         cmd = [sys.executable, str(SCENARIOS), name, str(work), "chmod"]
     else:
         pytest.skip("root without user namespaces: nothing here can make a directory read-only")
+    cmd += [str(s) for s in source]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                        env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -47,15 +48,15 @@ def _one_line(rc_err) -> str:
     return lines[0]
 
 
-def test_a_full_disk_during_a_checkpoint_keeps_the_state_and_resumes_after_freeing_space(tmp_path):
-    out = scenario("full", tmp_path)
+def test_a_full_disk_during_a_checkpoint_keeps_the_state_and_resumes_after_freeing_space(saved_run, tmp_path):
+    out = scenario("full", tmp_path, saved_run)  # the saved run (epochs 0, 1) continues on a small disk
     line = _one_line(out["refused"])
     assert "main.pt: No space left on device" in line
-    assert (f"the run stopped and its last saved training state {out['run']}/ckpts/training_states/epoch_0 is "
+    assert (f"the run stopped and its last saved training state {out['run']}/ckpts/training_states/epoch_1 is "
             f"intact: free some space, then continue with amago-train resume={out['run']}") in line
-    assert out["after_refusal"] == {"epochs": [0], "tmp": [], "metric_epochs": [0, 1]}
+    assert out["after_refusal"] == {"epochs": [0, 1], "tmp": [], "metric_epochs": [0, 1, 2]}
     assert out["resumed"][0] == 0, out["resumed"][1][-3000:]
-    assert out["final"] == {"epochs": [0, 1], "tmp": [], "metric_epochs": [0, 1]}
+    assert out["final"] == {"epochs": [0, 1, 2], "tmp": [], "metric_epochs": [0, 1, 2]}
 
 
 def test_a_run_directory_made_read_only_mid_run(tmp_path):
