@@ -211,3 +211,13 @@ def test_binary_files_of_a_run_are_one_line_or_skipped(saved_run, tmp_path):
     (run / "config.yaml").write_bytes(os.urandom(2000))
     line = one_line_error(amago_cli("eval", str(run), "episodes=2", cwd=tmp_path), "eval")
     assert "config.yaml is not a text file" in line
+
+
+def test_new_names_are_taken_atomically(tmp_path):
+    """What the commands (and `amago_app.train` without a run_dir) use for names of one second."""
+    from amago_app.rundir import atomic_write_new, make_new_dir
+
+    assert [make_new_dir(tmp_path / "runs" / "t").name for _ in range(3)] == ["t", "t-2", "t-3"]
+    written = [atomic_write_new(tmp_path / "eval.json", lambda f, i=i: f.write(str(i).encode())) for i in range(3)]
+    assert [p.name for p in written] == ["eval.json", "eval-2.json", "eval-3.json"]
+    assert [p.read_text() for p in written] == ["0", "1", "2"] and not list(tmp_path.glob(".tmp-*"))

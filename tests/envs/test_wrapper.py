@@ -185,3 +185,34 @@ def test_sync_hang_times_out_naming_the_env_and_the_step():
         env.step(np.array([[0], [0]]))
     assert time.monotonic() - start < 5
     env.close()
+
+
+class ReturnsGarbage(Countdown):
+    """Its step's result is changed by `garble` (what a buggy or old-API env returns)."""
+
+    garble = staticmethod(lambda out: out)
+
+    def step(self, action):
+        return type(self).garble(super().step(action))
+
+
+GARBAGE = {  # what step returns -> what the one line says
+    "a string reward": (lambda o: (o[0], "1.0", *o[2:]), "a reward that is not a number ('1.0')"),
+    "no reward": (lambda o: (o[0], None, *o[2:]), "a reward that is not a number (None)"),
+    "two rewards": (lambda o: (o[0], np.array([1.0, 2.0]), *o[2:]), "a reward that is not a number"),
+    "old gym's four values": (lambda o: (o[0], o[1], o[2], o[4]), "4 values from step()"),
+    "a string flag": (lambda o: (*o[:2], "no", *o[3:]), "terminated='no'"),
+    "info that is not a dict": (lambda o: (*o[:4], [1]), "info of type list"),
+    "a string observation": (lambda o: (np.array(["a"]), *o[1:]), "the observation with dtype <U1 (not numbers)"),
+}
+
+
+@pytest.mark.parametrize("case", list(GARBAGE))
+def test_what_an_env_returns_is_checked_with_one_line(case):
+    garble, expected = GARBAGE[case]
+    env_cls = type("Garbage", (ReturnsGarbage,), {"garble": staticmethod(garble)})
+    env = make_vector_env(env_cls, 2, mode="sync")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^env 'Countdown' returned .* at step 1 of its episode") as err:
+        env.step(np.array([0, 0]))
+    assert expected in str(err.value) and len(str(err.value).splitlines()) == 1
