@@ -355,9 +355,10 @@ def hostile(rows, work: Path) -> None:
     for t in taken:
         t.mkdir(parents=True)
         (t / "config.yaml").write_text("other: run\n")
+    before = set((work / "runs" / "tmaze-H3").iterdir())
     r = run("train", *TINY, "trainer.epochs=1", cwd=work)
     written = [t.name for t in taken if sorted(p.name for p in t.iterdir()) != ["config.yaml"]]
-    new = sorted(p.name for p in (work / "runs" / "tmaze-H3").iterdir() if p not in taken)
+    new = sorted(p.name for p in (work / "runs" / "tmaze-H3").iterdir() if p not in before)
     rows.append(("a run started in a second whose default directory another run holds (the next 90 s taken)",
                  f"rc {r.returncode}, taken directories written into: {len(written)}, its directory: {new}"))
     d = copy("h-evals")
@@ -472,7 +473,10 @@ def hostile(rows, work: Path) -> None:
     d = copy("h-plot")
     (d / "metrics" / "val.jsonl").write_bytes(bytes(range(256)) * 12)
     r = run("plot", str(d), cwd=work)
-    rows.append(("binary `metrics/val.jsonl`, `amago-plot`", f"rc {r.returncode}: {last_line(r)}"))
+    warned = "amago-plot: warning:" in r.stderr and "val.jsonl: skipped" in r.stderr
+    rows.append(("binary `metrics/val.jsonl`, `amago-plot`",
+                 f"rc {r.returncode}, a warning names the file: {warned}, traceback: {'Traceback' in r.stderr}: "
+                 f"{last_line(r)}"))
     namespaces = shutil.which("unshare") and subprocess.run(["unshare", "-rm", "true"]).returncode == 0
     for scenario in ("full", "readonly"):
         mode = "tmpfs" if namespaces else ("simulated" if scenario == "full" else "chmod")

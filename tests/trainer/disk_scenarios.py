@@ -48,7 +48,7 @@ def full(work: Path, mode: str, source: Path | None = None) -> dict:
     disk = work / "disk"
     disk.mkdir()
     if mode == "tmpfs":
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], check=True)
+        mount(["-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)])
     run = disk / "run"
     if source is not None:
         shutil.copytree(source, run, ignore=shutil.ignore_patterns(".lock"))
@@ -74,6 +74,15 @@ def full(work: Path, mode: str, source: Path | None = None) -> dict:
             "resumed": [resumed.returncode, resumed.stderr], "final": state(run), "run": str(run)}
 
 
+def mount(args: list[str], tries: int = 5) -> None:
+    for attempt in range(tries):
+        r = subprocess.run(["mount", *args], capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        time.sleep(0.2 * (attempt + 1))
+    raise RuntimeError(f"mount {' '.join(args)} failed: {r.stderr.strip()}")
+
+
 def readonly(work: Path, mode: str) -> dict:
     run = work / "run"
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
@@ -85,8 +94,8 @@ def readonly(work: Path, mode: str) -> dict:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.1)
     if mode == "tmpfs":
-        subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], check=True)
+        mount(["--bind", str(run), str(run)])
+        mount(["-o", "remount,bind,ro", str(run)])
     else:
         subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
     try:
