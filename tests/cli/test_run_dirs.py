@@ -150,6 +150,12 @@ def test_a_yaml_alias_bomb_is_refused_on_every_path(saved_run, tmp_path):
     assert plot.returncode == 0 and "its aliases expand it beyond" in plot.stderr, plot.stderr[-2000:]
     summary = amago_cli("summary", str(run), cwd=tmp_path, timeout=60)
     assert summary.returncode == 0 and "its aliases expand it beyond" in summary.stderr, summary.stderr[-2000:]
+    bench_run = tmp_path / "bench" / "runs" / "tmaze_h50" / "memory" / "seed0"  # amago-bench's layout
+    copy_run(run, bench_run)
+    (bench_run / "bench_done.json").write_text('{"returncode": 0, "cpu_seconds": 1.0}')
+    bench = amago_cli("bench", "--tasks", "tmaze_h50", "--seeds", "0", "--baseline-seeds", "none", "--report-only",
+                      "--out", str(tmp_path / "bench"), cwd=tmp_path, timeout=60)
+    assert bench.returncode == 0 and "Traceback" not in bench.stderr, bench.stderr[-2000:]  # done in seconds
     history = copy_run(saved_run, tmp_path / "history")
     (history / "overrides_history.yaml").write_text(BOMB)
     line = one_line_error(amago_cli("train", f"resume={history}", cwd=tmp_path, timeout=60), "train")

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from amago_app.rundir import atomic_write_bytes
+from amago_app.rundir import RunDirError, atomic_write_bytes, read_yaml
 
 
 @dataclass(frozen=True)
@@ -212,8 +212,6 @@ def _val_records(run_dir: Path, section: str = "val") -> list[dict]:
 def _configured_val_mode(run_dir: Path) -> str | None:
     """The action mode of a run's `val` section: trainer.sample_actions_val of its config (amago-train's
     config.yaml, or the settings compare_original.py recorded in original.json); None when unknown."""
-    import yaml  # plain data: nothing in a run directory can run code
-
     sample = None
     if (run_dir / "original.json").is_file():
         sample = json.loads((run_dir / "original.json").read_text()).get("settings", {}).get(
@@ -221,8 +219,13 @@ def _configured_val_mode(run_dir: Path) -> str | None:
     else:
         for name in ("config.resolved.yaml", "config.yaml"):
             if (run_dir / name).is_file():
-                sample = ((yaml.safe_load((run_dir / name).read_text()) or {}).get("trainer") or {}).get(
-                    "sample_actions_val")
+                try:  # plain data, read within bounds: nothing in a run directory can run code or hang this
+                    config = read_yaml(run_dir / name)
+                except RunDirError as e:
+                    print(f"amago-bench: warning: {e}", file=sys.stderr)
+                    break
+                trainer = config.get("trainer") if isinstance(config, dict) else None
+                sample = trainer.get("sample_actions_val") if isinstance(trainer, dict) else None
                 break
     return None if sample is None else ("sampled" if sample else "greedy")
 
