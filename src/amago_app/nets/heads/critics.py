@@ -7,9 +7,12 @@ input) is multiplied once instead of K*G times; the result is identical to conca
 * `NCritics` (the Agent's critic): scalar outputs. For discrete actions it sees the state only and outputs
   Q(s, .) for every gamma; the value of an action vector is its dot product with Q(s, .), so feeding the
   policy's probability vector gives V(s) exactly. Continuous and multibinary actions are inputs.
-* `NCriticsTwoHot` (the MultiTaskAgent's critic): always action-conditioned (discrete actions as one-hot
-  vectors); outputs logits over `output_bins` return bins, trained by cross-entropy against two-hot or
-  HL-Gauss labels of the TD target, so the loss does not depend on the return scale.
+* `NCriticsTwoHot` (the MultiTaskAgent's critic): logits over `output_bins` return bins, trained by
+  cross-entropy against two-hot or HL-Gauss labels of the TD target, so the loss does not depend on the return
+  scale. Continuous and multibinary actions are inputs. Discrete actions follow `discrete_layout`:
+  `per_action` (default) sees the state only and outputs one bin distribution per action, like `NCritics`;
+  `action_input` takes the one-hot action as an input (AMAGO-2's layout), which must learn the state x action
+  interaction inside its MLP before action values separate (scripts/bench_critic_fit.py measures the gap).
 
 Critic interface (custom critics: `agent.critic._target_=my_pkg.MyCritic`): constructed with
 `(state_dim, action_dim, discrete, gammas, num_critics)`; `forward(state (B, L, D), actions (K, B, L, G, A) or
@@ -196,8 +199,8 @@ def bins_to_value(probs: torch.Tensor, centers: torch.Tensor, use_symlog: bool) 
 class NCriticsTwoHot(_CriticEnsemble):
     """Ensemble of distributional critics over `output_bins` return bins, per discount factor.
 
-    Inputs are always [state, gamma feature, action] (discrete actions as one-hot vectors; `discrete` is
-    accepted for interface compatibility only). Bin centres are `linspace(f(min_return), f(max_return), bins)`
+    Inputs are [state, gamma feature, action], except for discrete actions with `discrete_layout="per_action"`:
+    then the input is the state and the output holds `output_bins` logits for every (gamma, action). Bin centres are `linspace(f(min_return), f(max_return), bins)`
     with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
     `reward_multiplier`). `init_value` starts every critic's prediction near that value.
     """
@@ -222,8 +225,11 @@ class NCriticsTwoHot(_CriticEnsemble):
         label_type: str = "twohot",
         sigma: float = 0.75,
         init_value: float | None = None,
+        discrete_layout: str = "per_action",
     ):
         super().__init__()
+        if discrete_layout not in ("per_action", "action_input"):
+            raise ValueError(f"discrete_layout must be 'per_action' or 'action_input', got {discrete_layout!r}")
         if min_return is None:
             warnings.warn("NCriticsTwoHot: min_return not set, using -100_000 (set agent.critic.min_return to the "
                           "lowest scaled return for finer bins)", stacklevel=2)
@@ -241,13 +247,17 @@ class NCriticsTwoHot(_CriticEnsemble):
         if sigma <= 0:
             raise ValueError(f"sigma must be > 0, got {sigma}")
         self.discrete = discrete
+        self.discrete_layout = discrete_layout
+        # per-action outputs: Q(s, .) for every action from the state alone (discrete action spaces only)
+        self.takes_actions = not (discrete and discrete_layout == "per_action")
         self.min_return, self.max_return = float(min_return), float(max_return)
         self.output_bins, self.use_symlog = output_bins, use_symlog
         self.label_type, self.sigma = label_type, sigma
         lo, hi = (symlog(torch.tensor([self.min_return, self.max_return])) if use_symlog
                   else torch.tensor([self.min_return, self.max_return]))
         self.register_buffer("bin_centers", torch.linspace(float(lo), float(hi), output_bins), persistent=False)
-        self._build(state_dim, action_dim, gammas, num_critics, output_bins, d_hidden, n_layers, dropout_p, activation)
+        d_out = output_bins if self.takes_actions else len(gammas) * action_dim * output_bins
+        self._build(state_dim, action_dim, gammas, num_critics, d_out, d_hidden, n_layers, dropout_p, activation)
         if init_value is not None:
             self.set_init_value(init_value)
 
@@ -263,10 +273,18 @@ class NCriticsTwoHot(_CriticEnsemble):
         """Output bias = log of a Gaussian profile (std 4 bins) centred at f(value)."""
         z0 = self.transform(torch.tensor(float(value)))
         profile = -0.5 * ((self.bin_centers - z0) / (4.0 * self.bin_width)).square()
-        self.out.bias.copy_(profile.to(self.out.bias).expand_as(self.out.bias))
+        bias = self.out.bias.view(self.num_critics, 1, -1, self.output_bins)  # every (gamma, action) block
+        bias.copy_(profile.to(bias).expand_as(bias))
 
-    def forward(self, state: torch.Tensor, actions: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
-        """state (B, L, D), actions (K, B, L, G, A) -> logits (K, B, L, C, G, bins)."""
+    def forward(self, state: torch.Tensor, actions: torch.Tensor | None = None,
+                detach_params: bool = False) -> torch.Tensor:
+        """Per-action layout: state (B, L, D) -> logits (B, L, C, G, n, bins).
+        Otherwise: state (B, L, D), actions (K, B, L, G, A) -> logits (K, B, L, C, G, bins)."""
+        if not self.takes_actions:
+            b, l, _ = state.shape
+            out = self._trunk(self._state_part(state, detach_params), detach_params)  # (C, B*L, G*n*bins)
+            out = out.view(self.num_critics, b, l, self.num_gammas, self.action_dim, self.output_bins)
+            return out.permute(1, 2, 0, 3, 4, 5)
         return self._action_forward(state, actions, detach_params)
 
     def to_value(self, logits: torch.Tensor) -> torch.Tensor:
@@ -275,7 +293,7 @@ class NCriticsTwoHot(_CriticEnsemble):
 
     def labels(self, y: torch.Tensor) -> torch.Tensor:
         """Targets y (...) in return space -> label distributions (..., bins)."""
-        z = self.transform(y.float())
+        z = self.transform(y.to(self.bin_centers.dtype))  # float32 (bf16 targets would coarsen the labels)
         if self.label_type == "twohot":
             return twohot_labels(z, self.bin_centers)
         return hlgauss_labels(z, self.bin_centers, self.sigma)
