@@ -240,10 +240,10 @@ def test_multitask_per_action_critic_matches_a_float64_loop_reference():
         probs = agent.actor(s).probs  # (B, T+1, G, n)
         target_probs = agent.target_actor(s).probs
         centers = agent.critics.bin_centers.double()
+        returns = torch.sign(centers) * (torch.exp(centers.abs()) - 1)  # the return of each symlog bin
 
-        def value(lg):  # bins -> return (symlog bins)
-            z = (torch.softmax(lg, -1) * centers).sum()
-            return torch.sign(z) * (torch.exp(z.abs()) - 1)
+        def value(lg):  # bins -> expected return
+            return (torch.softmax(lg, -1) * returns).sum()
 
         B, T, G, n = 3, 5, agent.num_gammas, 3
         total, count, adv_ref = 0.0, 0.0, torch.zeros(B, T, G)
