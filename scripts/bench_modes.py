@@ -43,9 +43,9 @@ def run(out: Path, name: str, seed: int, extra: list[str]) -> Path:
 
 def measure(run_dir: Path) -> dict:
     val = read_jsonl(run_dir / "metrics" / "val.jsonl")
-    last = max((r for s in ("val", "dataset", "train-update") if (run_dir / "metrics" / f"{s}.jsonl").is_file()
+    last = max((r for s in ("val", "buffer", "train-update") if (run_dir / "metrics" / f"{s}.jsonl").is_file()
                 for r in read_jsonl(run_dir / "metrics" / f"{s}.jsonl")), key=lambda r: r["wall_time"])
-    frames = max(r["total_frames"] for r in read_jsonl(run_dir / "metrics" / "dataset.jsonl"))
+    frames = max(r["total_frames"] for r in read_jsonl(run_dir / "metrics" / "buffer.jsonl"))
     solved = next((r for r in val if r.get(SUCCESS) == 1.0), None)
     return {
         "run": run_dir.name, "wall_time_s": round(last["wall_time"], 1), "env_frames": frames,

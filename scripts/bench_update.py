@@ -57,7 +57,7 @@ def bench_update(args, tmp: Path) -> dict:
     trainer = make_trainer(tmp, 50, [f"trainer.train_timesteps_per_epoch={args.fill_steps}"] + args.override)
     trainer._open_outputs()
     trainer.collect()
-    trainer.dataset.refresh()
+    trainer.buffer.refresh()
     rates = []
     batches = trainer.loader.epoch(0, args.warmup + args.blocks * args.iters)
     for _ in range(args.warmup):
@@ -76,7 +76,7 @@ def bench_update(args, tmp: Path) -> dict:
     trainer.close()
     return {"bench": "update", "updates_per_s_best": round(max(rates), 2),
             "updates_per_s_median": round(statistics.median(rates), 2), "trainable_params": params,
-            "files_in_buffer": len(trainer.dataset)}
+            "files_in_buffer": len(trainer.buffer)}
 
 
 def bench_loop(args, tmp: Path) -> dict:
@@ -87,10 +87,10 @@ def bench_loop(args, tmp: Path) -> dict:
     trainer._open_outputs()
     ups, fps = [], []
     for epoch in range(3):
-        trainer.epoch = epoch
+        trainer.counters.epoch = epoch
         fps.append(trainer.collect())
-        trainer.dataset.refresh()
-        if trainer.dataset.ready_for_training:
+        trainer.buffer.refresh()
+        if trainer.buffer.ready_for_training:
             ups.append(trainer.update())
     trainer.close()
     return {"bench": "loop", "updates_per_s": round(max(ups), 2), "env_steps_per_s": round(max(fps), 1)}

@@ -63,7 +63,7 @@ def consistent(run_dir: Path) -> str:
         read_checkpoint(ck.state_dir(e) / "main.pt")
         read_checkpoint(ck.state_dir(e) / "rank0.pt")
     leftovers = [p for p in run_dir.rglob(".tmp-*")]
-    epochs = [r["epoch"] for r in read_jsonl(run_dir / "metrics" / "dataset.jsonl")]
+    epochs = [r["epoch"] for r in read_jsonl(run_dir / "metrics" / "buffer.jsonl")]
     ok = not leftovers and epochs == sorted(set(epochs))
     def span(xs):
         return f"{xs[0]}..{xs[-1]}" if len(xs) > 4 else str(xs)

@@ -11,7 +11,7 @@ import torch
 import amago_app
 from amago_app.envs.builtin.tmaze import TMazePassive
 from amago_app.envs.vector import make_vector_env
-from amago_app.trainer.rollout import Rollout
+from amago_app.interaction.rollout import Rollout
 from conftest import TINY
 
 

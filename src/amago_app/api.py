@@ -29,10 +29,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.config import config_dir, setup
 from amago_app.config.overrides import apply_overrides
+from amago_app.config.saved import upgrade
 from amago_app.data.timestep import Timestep
-from amago_app.trainer.build import build_agent, build_envs
-from amago_app.trainer.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
-from amago_app.trainer.rollout import timestep_tensors
+from amago_app.evaluation.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
+from amago_app.interaction.build import build_agent, build_envs
+from amago_app.interaction.rollout import timestep_tensors
 
 
 def _cwd_on_path() -> None:
@@ -63,7 +64,7 @@ def train(overrides: Sequence[str] = (), config: DictConfig | Mapping | None = N
         cfg = compose(overrides)
     else:
         cfg = OmegaConf.create(OmegaConf.to_container(OmegaConf.create(config), resolve=False))
-        cfg = apply_overrides(cfg, overrides, skip=())
+        cfg = apply_overrides(upgrade(cfg), overrides, skip=())  # e.g. a config.yaml of an older run
     if run_dir is None:
         run_dir = Path("runs") / str(cfg.run_name) / time.strftime("%Y-%m-%d_%H-%M-%S")
     return run_train(cfg, run_dir, overrides=overrides, argv=["amago_app.train", *overrides])
@@ -73,7 +74,7 @@ def evaluate(run: str | Path, episodes: int = 10, checkpoint: str | int = "lates
              **options: Any) -> dict:
     """Like `amago-eval RUN episodes=... checkpoint=... [options] [overrides]`; returns the summary dict
     (per env and metric: n, mean, std, ci95). `options`: sample, parallel_actors, max_steps, seed, output, ..."""
-    from amago_app.trainer.evaluate import evaluate as run_eval
+    from amago_app.evaluation.evaluate import evaluate as run_eval
 
     _cwd_on_path()
     args = [f"episodes={episodes}", f"checkpoint={checkpoint}"]

@@ -43,6 +43,7 @@ from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 CONFIG_FILE = "config.yaml"
 RESOLVED_CONFIG_FILE = "config.resolved.yaml"
@@ -147,6 +148,17 @@ def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = encode(obj)
     atomic_write_bytes(path, lambda f: torch.save(data, f))
+
+
+def save_config(cfg: DictConfig, run_dir: Path) -> None:
+    """What later commands rebuild the run from.
+
+    `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
+    from the horizon); `config.resolved.yaml` records the concrete values the run used.
+    """
+    for name, resolve in ((CONFIG_FILE, False), (RESOLVED_CONFIG_FILE, True)):
+        text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
+        atomic_write_bytes(Path(run_dir) / name, lambda f, text=text: f.write(text))
 
 
 _crash_counts: dict[str, int] = {}
@@ -286,14 +298,14 @@ class Checkpoints:
         """Every process calls this at the same point of the loop.
 
         `main`: the state shared by all processes (agent, optimizer, ...), given by the main process only (None
-        on the others); `own`: this process's state (its RNGs are added here); `weights`: the agent's state
+        on the others); `own`: this process's state (RNGs, rollouts, ...); `weights`: the agent's state
         dict for `policy_weights/` and `latest/` (main process). The state becomes visible, complete, only when
         the main process renames the staging directory after every process wrote.
         """
         if main is not None:  # creates the staging dir before the others write into it
             self.write_main_state(epoch, main)
         barrier()
-        self.write_rank_state(epoch, rank, {"rng": rng_state(), **own})
+        self.write_rank_state(epoch, rank, own)
         barrier()
         if main is not None:
             crash_point("before-publish")
@@ -357,17 +369,14 @@ def find_training_state(path: str | os.PathLike) -> Path:
 def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, dict | None]:
     """(shared state, this process's state or None) of a training state saved by `save_training_state`.
 
-    The process's RNGs are restored here. Its own file is missing when the run was saved with fewer processes;
-    the caller then starts that process's RNGs, exploration and recorder fresh.
+    The process's own file is missing when the run was saved with fewer processes.
     """
     state_dir = Path(state_dir)
     main = read_checkpoint(state_dir / "main.pt")
     rank_file = state_dir / f"rank{rank}.pt"
     if not rank_file.exists():
         return main, None
-    own = read_checkpoint(rank_file)
-    set_rng_state(own["rng"])
-    return main, own
+    return main, read_checkpoint(rank_file)
 
 
 class RunLock:

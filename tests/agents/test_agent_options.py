@@ -22,12 +22,12 @@ from amago_app.agents.filters import binary_filter, exp_filter, leaky_relu_filte
 from amago_app.agents.multitask import MultiTaskAgent
 from amago_app.data.loader import collate
 from amago_app.data.timestep import Trajectory
+from amago_app.interaction.build import build_agent, build_envs
 from amago_app.nets.heads.actor import Actor, ResidualActor
 from amago_app.nets.heads.critics import NCritics, NCriticsTwoHot
 from amago_app.nets.heads.distributions import GMM, Beta, Discrete, DiscreteLikeContinuous, Multibinary, TanhGaussian
 from amago_app.nets.traj.ff import FFTrajEncoder
 from amago_app.nets.tstep import FFTstepEncoder
-from amago_app.trainer.build import build_agent, build_envs
 
 KINDS = ("discrete", "continuous", "multibinary")
 ACTION_SPACES = {

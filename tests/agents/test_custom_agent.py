@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from amago_app.agents.base import BaseAgent
 from amago_app.data.timestep import padding_mask
-from amago_app.rundir import Checkpoints
-from amago_app.trainer.evaluate import evaluate
+from amago_app.rundir import Checkpoints, save_config
+from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.loop import Trainer
 from amago_app.trainer.run import train
 from conftest import compose_config
@@ -86,8 +86,6 @@ def test_a_custom_agent_trains_checkpoints_resumes_and_evaluates(tmp_path):
     assert torch.equal(agent.target_head[0].weight, agent.head[0].weight)
 
     run_dir = trainer.run_dir
-    from amago_app.trainer.loop import save_config
-
     save_config(cfg, run_dir)
     saved = torch.load(Checkpoints(run_dir).latest, weights_only=True)
     assert int(saved["target_updates"]) == 4

@@ -24,15 +24,15 @@ def test_run_directory_layout(trained_run):
     _, run = trained_run
     assert (run / "config.yaml").is_file() and (run / ".hydra" / "config.yaml").is_file()
     assert sorted(p.name for p in (run / "metrics").iterdir()) == \
-        ["dataset.jsonl", "train-update.jsonl", "train.jsonl", "val.jsonl"]
+        ["buffer.jsonl", "train-update.jsonl", "train.jsonl", "val.jsonl"]
     val = read_jsonl(run / "metrics" / "val.jsonl")
     assert {"total_frames", "epoch", "gradient_steps", "wall_time"} <= set(val[0])
     assert any(k.startswith("val/Average Total Return in TMazePassive-H3") for k in val[-1])
     assert "val/Average Success in TMazePassive-H3" in val[-1]
     updates = read_jsonl(run / "metrics" / "train-update.jsonl")
     assert {"train-update/Loss", "train-update/Critic Loss", "train-update/Learning Rate"} <= set(updates[-1])
-    dataset = read_jsonl(run / "metrics" / "dataset.jsonl")
-    assert dataset[-1]["dataset/FIFO Files"] > 0 and dataset[-1]["total_frames"] == 3 * 2 * 8
+    buffer = read_jsonl(run / "metrics" / "buffer.jsonl")
+    assert buffer[-1]["buffer/FIFO Files"] > 0 and buffer[-1]["total_frames"] == 3 * 2 * 8
     assert list((run / "buffer" / "fifo").glob("*.npz"))
     assert (run / "ckpts" / "latest" / "policy.pt").is_file()
 
@@ -84,7 +84,7 @@ def test_resume_from_the_command_line(trained_run):
     cwd, run = trained_run
     r = amago("train", f"resume={run}", "trainer.epochs=4", cwd=cwd)
     assert r.returncode == 0, r.stderr[-3000:]
-    epochs = [rec["epoch"] for rec in read_jsonl(run / "metrics" / "dataset.jsonl")]
+    epochs = [rec["epoch"] for rec in read_jsonl(run / "metrics" / "buffer.jsonl")]
     assert epochs == [0, 1, 2, 3]
     assert len(list((cwd / "runs" / "tmaze-H3").iterdir())) == 1  # continued in place
 

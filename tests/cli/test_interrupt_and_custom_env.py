@@ -30,7 +30,7 @@ def test_ctrl_c_saves_a_state_and_resume_keeps_the_original_config(tmp_path):
         deadline = time.monotonic() + 240
         runs = tmp_path / "runs" / "tmaze-H3"
         while time.monotonic() < deadline:  # wait for a few finished epochs
-            files = list(runs.glob("*/metrics/dataset.jsonl"))
+            files = list(runs.glob("*/metrics/buffer.jsonl"))
             if files and len(read_jsonl(files[0])) >= 3:
                 break
             assert proc.poll() is None, (tmp_path / "out.txt").read_text()[-3000:]
@@ -57,7 +57,7 @@ def test_ctrl_c_saves_a_state_and_resume_keeps_the_original_config(tmp_path):
     r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", f"resume={run}",
                         f"trainer.epochs={stopped_at + 3}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    epochs = [row["epoch"] for row in read_jsonl(run / "metrics" / "dataset.jsonl")]
+    epochs = [row["epoch"] for row in read_jsonl(run / "metrics" / "buffer.jsonl")]
     # the interrupted epoch counts as done: the resume runs the next two
     assert epochs == list(range(stopped_at + 3)), epochs
     assert (run / "config.yaml").read_bytes() == config_before  # the original config stays

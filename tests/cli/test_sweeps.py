@@ -159,7 +159,7 @@ def test_a_submitit_job_of_two_tasks_is_one_ddp_run(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     sweep = _sweep_dir(tmp_path)
     (job,) = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    last = read_jsonl(job / "metrics" / "dataset.jsonl")[-1]
+    last = read_jsonl(job / "metrics" / "buffer.jsonl")[-1]
     assert last["total_frames"] == 2 * 2 * 2 * 8  # 2 ranks x 2 actors x 2 epochs x 8 steps: both tasks acted
     assert read_jsonl(job / "metrics" / "train-update.jsonl")[-1]["gradient_steps"] == 2 * 3
     assert list((sweep / ".submitit").glob("*/*_1_log.out"))  # the second task's own log

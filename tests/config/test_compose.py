@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from amago_app.config import config_dir, setup
-from amago_app.trainer.build import build, build_agent, build_envs, build_exploration
+from amago_app.interaction.build import build, build_agent, build_envs, build_exploration
 
 setup()
 CONF = Path(config_dir())

@@ -1,12 +1,16 @@
 """One home per default: a component's default lives in its class signature, the schema dataclass repeats it
-(Hydra needs typed fields, `--help` their docs) and is checked here against the signature, and an option's
-YAML file states only what it deliberately changes. These tests fail when the three drift apart."""
+(Hydra needs typed fields, `--help` their docs) and is checked here against the signature, an option's YAML file
+states only what it deliberately changes, and the code reads config keys without a fallback value of its own
+(a config saved before a key existed gets the schema's default when it is loaded: `config/saved.py`). These
+tests fail when they drift apart."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -14,9 +18,11 @@ import yaml
 from hydra.utils import instantiate
 from omegaconf import MISSING
 
-from amago_app.config.schema import SCHEMAS
+from amago_app.config.saved import SECTIONS, add_missing_keys
+from amago_app.config.schema import SCHEMAS, MixtureBufferConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+SRC = Path(__file__).resolve().parents[2] / "src" / "amago_app"
 REQUIRED = object()
 #: constructor arguments the trainer supplies at run time (never configured)
 RUNTIME = {"seed"}
@@ -165,3 +171,60 @@ def test_the_check_sees_a_drifted_default(monkeypatch):
     monkeypatch.setattr(GRUTrajEncoder, "__init__", drifted)
     with pytest.raises(AssertionError, match="d_hidden: schema 256 != class 999"):
         test_schema_defaults_are_the_constructor_defaults("traj_encoder", "gru", GRUTrajEncoderConfig)
+
+
+def test_env_options_do_not_restate_constructor_defaults():
+    """An env option's `make:` / `make_val:` block states what differs from the constructor's defaults. Two kinds of
+    keys stay although they equal the default: those the file reads through an interpolation (the run name is
+    built from them), and those its header comment names as keys to change (`env.make.<key>`): listed, they can
+    be overridden by name, without `+`."""
+    restated = []
+    for path in sorted((CONF / "env").glob("*.yaml")):
+        text = path.read_text()
+        comments = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+        data = yaml.safe_load(text)
+        for block in ("make", "make_val"):
+            node = data.get(block)
+            if not isinstance(node, dict) or node.get("_target_", "???") == "???":
+                continue
+            module, _, name = node["_target_"].rpartition(".")
+            sig = signature_defaults(getattr(importlib.import_module(module), name))
+            for key, value in node.items():
+                if key.startswith("_") or sig.get(key, REQUIRED) is REQUIRED or normalize(value) != normalize(sig[key]):
+                    continue
+                interpolated = re.search(rf"\$\{{\.+{block}\.{key}\}}", text)
+                offered = re.search(rf"env\.{block}\.{key}\b", comments)
+                if not interpolated and not offered:
+                    restated.append(f"env/{path.name}: {block}.{key}: {value!r} is {node['_target_']}'s default")
+    assert not restated, "env options restate constructor defaults (delete these lines):\n" + "\n".join(restated)
+
+
+def schema_keys() -> set[str]:
+    return {f.name for schema in [*SECTIONS.values(), MixtureBufferConfig] for f in dataclasses.fields(schema)}
+
+
+def test_code_reads_config_keys_without_a_default_of_its_own():
+    """`cfg.trainer.get("threads", "auto")` would be a second home of the schema's default (and drifts from it
+    unseen): the code reads `cfg.trainer.threads`. Flagged: a `.get` of a schema key with a literal fallback."""
+    keys, found = schema_keys(), []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+                    and isinstance(node.args[1], ast.Constant)):
+                found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "schema defaults restated in code (read the key directly):\n" + "\n".join(found)
+
+
+def test_a_config_saved_before_a_key_existed_gets_the_schema_default():
+    from conftest import compose_config
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(OmegaConf.to_container(compose_config(tiny=False), resolve=False))
+    for section, key in (("trainer", "max_nonfinite_updates"), ("logger", "progress_interval"), ("env", "nan_to_num"),
+                         ("buffer", "allow_pickle"), ("", "objective")):
+        node = cfg[section] if section else cfg
+        expected = node[key]
+        del node[key]
+        add_missing_keys(cfg)
+        assert node[key] == expected, (section, key)

@@ -5,7 +5,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from amago_app.data.dataset import DiskBuffer
+from amago_app.data.buffer import DiskBuffer
 from amago_app.data.files import save_trajectory
 from conftest import random_trajectory
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amago_app.data.dataset import DiskBuffer
+from amago_app.data.buffer import DiskBuffer
 from amago_app.data.files import PickleNotAllowed, save_trajectory
 from conftest import random_trajectory
 
@@ -69,7 +69,7 @@ WORKER = textwrap.dedent("""
         while not all(Path({root!r}, name + s).exists() for s in "12"):
             time.sleep(0.01)
 
-    from amago_app.data.dataset import DiskBuffer
+    from amago_app.data.buffer import DiskBuffer
     from amago_app.data.files import save_trajectory
     from conftest import random_trajectory
     buf = DiskBuffer({root!r}, "shared", max_size=4)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from amago_app.data.dataset import DiskBuffer
+from amago_app.data.buffer import DiskBuffer
 from amago_app.data.files import save_trajectory
 from amago_app.data.loader import BatchLoader, collate, slice_window, window_bounds
 from amago_app.data.timestep import MAGIC_PAD_VAL, padding_mask

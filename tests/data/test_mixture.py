@@ -1,18 +1,18 @@
-"""MixtureOfDatasets: weights, annealing, renormalization over ready children, the single save dir rule."""
+"""MixtureBuffer: weights, annealing, renormalization over ready children, the single save dir rule."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
+from amago_app.data.buffer import Buffer, DiskBuffer, NoBuffer
 from amago_app.data.files import save_trajectory
-from amago_app.data.mixture import MixtureOfDatasets
+from amago_app.data.mixture import MixtureBuffer
 from amago_app.trainer.build import build_buffer
 from conftest import compose_config, random_trajectory
 
 
-class Fixed(RLDataset):
+class Fixed(Buffer):
     """Always returns trajectories of one length (identifies the child); readiness can be switched."""
 
     def __init__(self, length: int, ready: bool = True, save_to=None):
@@ -40,7 +40,7 @@ class Fixed(RLDataset):
         return {"Total Files": self.length}
 
 
-def _epoch(mix: MixtureOfDatasets, epoch: int) -> None:
+def _epoch(mix: MixtureBuffer, epoch: int) -> None:
     """What the trainer does after each collection phase."""
     mix.on_end_of_collection(epoch)
     mix.refresh()
@@ -55,17 +55,17 @@ def _fractions(mix, n=4000, seed=0):
 def test_weights_are_validated():
     a, b = Fixed(2), Fixed(3)
     with pytest.raises(ValueError, match="sum to 1"):
-        MixtureOfDatasets([a, b], [0.5, 0.6])
+        MixtureBuffer([a, b], [0.5, 0.6])
     with pytest.raises(ValueError, match="2 entries for 1"):
-        MixtureOfDatasets([a], [0.5, 0.5])
+        MixtureBuffer([a], [0.5, 0.5])
     with pytest.raises(ValueError, match=">= 0"):
-        MixtureOfDatasets([a, b], [1.5, -0.5])
+        MixtureBuffer([a, b], [1.5, -0.5])
     with pytest.raises(ValueError, match="smooth_sudden_starts"):
-        MixtureOfDatasets([a, b], [0.5, 0.5], smooth_sudden_starts=0)
+        MixtureBuffer([a, b], [0.5, 0.5], smooth_sudden_starts=0)
 
 
 def test_empirical_fractions_follow_the_weights_and_stats_report_them():
-    mix = MixtureOfDatasets({"demos": Fixed(2), "online": Fixed(3)}, [0.8, 0.2])
+    mix = MixtureBuffer({"demos": Fixed(2), "online": Fixed(3)}, [0.8, 0.2])
     mix.configure()
     _epoch(mix, 0)
     frac = _fractions(mix)
@@ -80,7 +80,7 @@ def test_empirical_fractions_follow_the_weights_and_stats_report_them():
 
 def test_children_that_are_not_ready_are_skipped_and_weights_renormalized():
     demos, online = Fixed(2), Fixed(3, ready=False)
-    mix = MixtureOfDatasets({"demos": demos, "online": online}, [0.3, 0.7])
+    mix = MixtureBuffer({"demos": demos, "online": online}, [0.3, 0.7])
     mix.configure()
     _epoch(mix, 0)
     assert mix.ready_for_training
@@ -96,7 +96,7 @@ def test_children_that_are_not_ready_are_skipped_and_weights_renormalized():
 
 def test_not_ready_until_a_child_with_weight_is():
     online = Fixed(3, ready=False)
-    mix = MixtureOfDatasets([DoNothingDataset(), online], [0.5, 0.5])
+    mix = MixtureBuffer([NoBuffer(), online], [0.5, 0.5])
     assert not mix.ready_for_training  # not configured yet
     mix.configure()
     assert not mix.ready_for_training
@@ -110,7 +110,7 @@ def test_not_ready_until_a_child_with_weight_is():
 def test_annealing_schedule_of_a_late_child():
     """Ready at start: final weight throughout. Ready at epoch e0: 0 -> w over n epochs, from e0 on."""
     demos, online = Fixed(2), Fixed(3, ready=False)
-    mix = MixtureOfDatasets({"demos": demos, "online": online}, [0.8, 0.2], smooth_sudden_starts=4)
+    mix = MixtureBuffer({"demos": demos, "online": online}, [0.8, 0.2], smooth_sudden_starts=4)
     mix.configure()
     for e in range(3):
         _epoch(mix, e)
@@ -129,7 +129,7 @@ def test_annealing_schedule_of_a_late_child():
 
 def test_annealing_from_explicit_initial_weights_moves_both_ways():
     a, b = Fixed(2), Fixed(3)
-    mix = MixtureOfDatasets([a, b], [0.2, 0.8], initial_sampling_weights=[1.0, 0.0], smooth_sudden_starts=5)
+    mix = MixtureBuffer([a, b], [0.2, 0.8], initial_sampling_weights=[1.0, 0.0], smooth_sudden_starts=5)
     mix.configure()
     history = []
     for e in range(7):
@@ -139,7 +139,7 @@ def test_annealing_from_explicit_initial_weights_moves_both_ways():
     assert history[3] == [0.36, 0.64]
     assert history[4] == history[5] == history[6] == [0.2, 0.8]  # clipped at the final weights
     # None entries use the default rule (the final weight for a child ready at start)
-    mix = MixtureOfDatasets([Fixed(2), Fixed(3)], [0.5, 0.5], initial_sampling_weights=[None, 0.0],
+    mix = MixtureBuffer([Fixed(2), Fixed(3)], [0.5, 0.5], initial_sampling_weights=[None, 0.0],
                             smooth_sudden_starts=2)
     mix.configure()
     _epoch(mix, 0)
@@ -148,13 +148,13 @@ def test_annealing_from_explicit_initial_weights_moves_both_ways():
 
 def test_state_dict_keeps_the_schedule_across_a_resume():
     demos, online = Fixed(2), Fixed(3, ready=False)
-    mix = MixtureOfDatasets({"demos": demos, "online": online}, [0.8, 0.2], smooth_sudden_starts=4)
+    mix = MixtureBuffer({"demos": demos, "online": online}, [0.8, 0.2], smooth_sudden_starts=4)
     mix.configure()
     _epoch(mix, 0)
     online.ready = True
     _epoch(mix, 1)
     state = mix.state_dict()
-    again = MixtureOfDatasets({"demos": demos, "online": online}, [0.8, 0.2], smooth_sudden_starts=4)
+    again = MixtureBuffer({"demos": demos, "online": online}, [0.8, 0.2], smooth_sudden_starts=4)
     again.configure()  # both children are ready now: without the state, "online" would count as ready at start
     again.load_state_dict(state)
     _epoch(again, 2)
@@ -163,20 +163,20 @@ def test_state_dict_keeps_the_schedule_across_a_resume():
 
 def test_at_most_one_child_saves_and_it_becomes_the_mixtures_save_dir(tmp_path):
     with pytest.raises(ValueError, match="at most one dataset"):
-        MixtureOfDatasets([Fixed(2, save_to=tmp_path / "a"), Fixed(3, save_to=tmp_path / "b")], [0.5, 0.5])
+        MixtureBuffer([Fixed(2, save_to=tmp_path / "a"), Fixed(3, save_to=tmp_path / "b")], [0.5, 0.5])
     own = DiskBuffer(tmp_path, "run")
     save_trajectory(random_trajectory(4), own.protected_dir, "x")
     save_trajectory(random_trajectory(4, seed=1), own.protected_dir, "x")
     offline = DiskBuffer(tmp_path, "run", read_only=True)
     assert offline.save_new_trajs_to is None
-    mix = MixtureOfDatasets({"offline": offline, "online": own}, [0.5, 0.5])
+    mix = MixtureBuffer({"offline": offline, "online": own}, [0.5, 0.5])
     assert mix.save_new_trajs_to == own.fifo_dir
-    assert MixtureOfDatasets([Fixed(2), Fixed(3)], [0.5, 0.5]).save_new_trajs_to is None
+    assert MixtureBuffer([Fixed(2), Fixed(3)], [0.5, 0.5]).save_new_trajs_to is None
 
 
 def test_children_get_edit_rights_housekeeping_and_refresh():
     a, b = Fixed(2), Fixed(3)
-    mix = MixtureOfDatasets({"a": a, "b": b}, [0.5, 0.5])
+    mix = MixtureBuffer({"a": a, "b": b}, [0.5, 0.5])
     mix.configure(has_edit_rights=False)
     assert a.has_edit_rights is False and b.has_edit_rights is False
     out = mix.on_end_of_collection(4)
@@ -201,14 +201,14 @@ def test_read_only_buffer_never_trims_or_deletes(tmp_path):
 
 def test_buffer_options_build_the_right_dataset(tmp_path):
     run = tmp_path / "runs" / "r1"
-    assert isinstance(build_buffer(compose_config(["buffer=none"]), run), DoNothingDataset)
+    assert isinstance(build_buffer(compose_config(["buffer=none"]), run), NoBuffer)
     data = DiskBuffer(tmp_path / "data", "demos")
     save_trajectory(random_trajectory(4), data.protected_dir, "demo")
     cfg = compose_config(["buffer=mixture", f"buffer.datasets.offline.dataset.root={tmp_path / 'data'}",
                           "buffer.datasets.offline.dataset.name=demos", "buffer.smooth_sudden_starts=10",
                           "buffer.datasets.online.initial_weight=0.1"])
     mix = build_buffer(cfg, run)
-    assert isinstance(mix, MixtureOfDatasets) and mix.names == ["offline", "online"]
+    assert isinstance(mix, MixtureBuffer) and mix.names == ["offline", "online"]
     assert mix.final_weights == [0.8, 0.2] and mix.smooth_sudden_starts == 10
     assert mix.initial_weights == [None, 0.1]
     assert mix.save_new_trajs_to == run.parent / "r1" / "buffer" / "fifo"  # the run's own buffer

@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 
 from amago_app.envs.vector import make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
-from amago_app.trainer.build import build_envs
+from amago_app.interaction.build import build_envs
 from conftest import compose_config
 
 

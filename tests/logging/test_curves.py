@@ -99,7 +99,7 @@ def test_amago_plot_command(sweep):
 @pytest.mark.parametrize("args, message", [
     (["missing-dir"], "missing-dir is not a directory"),
     (["{sweep}", "--metric", "no-such-metric"], "no metric matches 'no-such-metric' in val; available: "),
-    (["{sweep}", "--metric", "bogus/Loss"], "no metrics in section 'bogus' (sections: dataset, train"),
+    (["{sweep}", "--metric", "bogus/Loss"], "no metrics in section 'bogus' (sections: buffer, train"),
     (["{sweep}", "--x", "steps"], "argument --x: invalid choice: 'steps'"),
     (["{sweep}", "--format", "jpg"], "--format 'jpg': choose from png, svg, pdf"),
     (["{sweep}", "--smooth", "0"], "--smooth 0: must be >= 1"),

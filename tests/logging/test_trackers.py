@@ -29,7 +29,7 @@ def test_tensorboard_event_files_have_the_jsonl_metrics(tmp_path):
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    for section, step_axis in (("val", "total_frames"), ("train", "total_frames"), ("dataset", "total_frames"),
+    for section, step_axis in (("val", "total_frames"), ("train", "total_frames"), ("buffer", "total_frames"),
                                ("train-update", "gradient_steps")):
         records = read_jsonl(run / "metrics" / f"{section}.jsonl")
         names = {k for r in records for k in r if k.startswith(section + "/")}
@@ -88,7 +88,7 @@ def test_wandb_sweep_jobs_share_a_group_with_distinct_names_and_total_frames_axi
     assert runs["0"][0].display_name == "tmaze-H3 #0: seed=0"
     assert runs["1"][0].display_name == "tmaze-H3 #1: seed=1"
     metrics = runs["0"][1]
-    assert metrics["val/*"] == metrics["train/*"] == metrics["dataset/*"] == "total_frames"
+    assert metrics["val/*"] == metrics["train/*"] == metrics["buffer/*"] == "total_frames"
     assert metrics["train-update/*"] == "gradient_steps"
     assert {"total_frames", "gradient_steps", "epoch", "wall_time"} <= set(metrics)
     assert runs["1"][2]["seed"] == 1 and runs["1"][2]["logger"]["group"] == group

@@ -384,7 +384,7 @@ def test_hydra_overrides_build_the_backend():
     from hydra import compose, initialize_config_dir
 
     from amago_app.config import config_dir, setup
-    from amago_app.trainer.build import build
+    from amago_app.interaction.build import build
 
     setup()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):

@@ -18,7 +18,8 @@ class RecordingTrainer(run.Trainer):
     def learn(self):
         result = super().learn()
         torch.save({"agent": self.agent.state_dict(), "rank": self.rank, "run_dir": str(self.run_dir),
-                    "epoch": self.epoch, "gradient_steps": self.gradient_steps, "total_frames": self.total_frames,
+                    "epoch": self.counters.epoch, "gradient_steps": self.counters.gradient_steps,
+                    "total_frames": self.counters.total_frames,
                     "train_env_seed": self.train_rollout.seed, "val_env_seed": self.val_rollout.seed,
                     "world_size": self.accelerator.num_processes},
                    out / f"rank{self.rank}-{tag}.pt")

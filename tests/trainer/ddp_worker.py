@@ -15,5 +15,5 @@ cfg = compose_config(["trainer.epochs=2", "trainer.train_batches_per_epoch=4", f
 trainer = Trainer(cfg, out / "run")
 trainer.learn()
 rank = trainer.rank
-torch.save({"agent": trainer.agent.state_dict(), "gradient_steps": trainer.gradient_steps,
-            "total_frames": trainer.total_frames, "run_dir": str(trainer.run_dir)}, out / f"rank{rank}.pt")
+torch.save({"agent": trainer.agent.state_dict(), "gradient_steps": trainer.counters.gradient_steps,
+            "total_frames": trainer.counters.total_frames, "run_dir": str(trainer.run_dir)}, out / f"rank{rank}.pt")

@@ -20,7 +20,7 @@ def _three_updates(trainer: Trainer, batches) -> tuple[dict, list[torch.Tensor]]
     for i, b in enumerate(batches):
         torch.manual_seed(i)  # the update samples actions; both runs draw the same numbers
         losses.append(trainer.train_step(b, log_step=True)["Loss"])
-    assert trainer.gradient_steps == 3
+    assert trainer.counters.gradient_steps == 3
     return initial, losses
 
 
@@ -32,7 +32,7 @@ def test_compiled_update_matches_eager(tmp_path, monkeypatch):
     try:
         eager._open_outputs()
         eager.collect()
-        eager.dataset.refresh()
+        eager.buffer.refresh()
         it = eager.loader.epoch(0, 3)
         batches = [copy.deepcopy(next(it)) for _ in range(3)]
         it.close()

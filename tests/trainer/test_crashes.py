@@ -17,7 +17,7 @@ import pytest
 
 from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints, RunDirError, find_training_state, read_checkpoint
-from amago_app.trainer.evaluate import evaluate
+from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.run import train
 from conftest import TINY, compose_config
 
@@ -46,7 +46,7 @@ def assert_consistent(run: Path, epochs: int):
         read_checkpoint(ck.weights / f"policy_epoch_{e}.pt")
     read_checkpoint(ck.latest)
     assert not [p for p in run.rglob(".tmp-*")], "leftover temporary files"
-    for name in ("dataset", "train"):
+    for name in ("buffer", "train"):
         rows = [r["epoch"] for r in read_jsonl(run / "metrics" / f"{name}.jsonl")]
         assert rows == list(range(epochs)), (name, rows)  # one timeline: no abandoned or repeated epochs
 
@@ -131,7 +131,7 @@ def test_resume_from_an_older_epoch_becomes_the_timeline(tmp_path):
     assert sorted(p.name.split("-")[1] for p in ck.weights.glob("abandoned-*")) == ["policy_epoch_2", "policy_epoch_3"]
     assert list(ck.root.glob("abandoned-best-*")) and (ck.read_best() or {"epoch": 0})["epoch"] <= 2
     assert find_training_state(run) == ck.state_dir(2)
-    assert [r["epoch"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")] == [0, 1, 2]
+    assert [r["epoch"] for r in read_jsonl(run / "metrics" / "buffer.jsonl")] == [0, 1, 2]
 
 
 def test_a_half_finished_republish_is_undone(tmp_path):

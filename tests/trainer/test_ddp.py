@@ -42,7 +42,7 @@ def test_cli_under_torchrun(tmp_path):
     r = _torchrun(["-m", "amago_app.cli.train", *TINY, "trainer.epochs=2", f"hydra.run.dir={run_dir}",
                    "logger=wandb", "logger.mode=offline", "logger.tensorboard=true"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = (run_dir / "metrics" / "dataset.jsonl").read_text().splitlines()
+    lines = (run_dir / "metrics" / "buffer.jsonl").read_text().splitlines()
     last = json.loads(lines[-1])
     assert last["total_frames"] == 2 * 2 * 2 * 8
     assert (run_dir / "ckpts" / "latest" / "policy.pt").is_file()

@@ -9,8 +9,8 @@ import torch
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
 from amago_app.envs.vector import make_vector_env
-from amago_app.trainer.evaluate import describe
-from amago_app.trainer.rollout import Rollout, balanced_quota
+from amago_app.evaluation.evaluate import describe
+from amago_app.interaction.rollout import Rollout, balanced_quota
 
 
 class FixedLength(gym.Env):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from amago_app.trainer.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
+from amago_app.interaction.exploration import BilevelEpsilonGreedy, CorridorEpsilonGreedy, EpsilonGreedy, NoExploration
 
 
 def test_egreedy_schedule_and_per_actor_scale():
@@ -66,7 +66,7 @@ def test_tmaze_corridor_recipe_uses_the_corridor_length_as_horizon():
     """eps = 0.5 / H for 0 < t < H - 3 with H = env.horizon (the corridor length), whatever the preset."""
     from conftest import compose_config
 
-    from amago_app.trainer.build import build
+    from amago_app.interaction.build import build
 
     for overrides in (["env.horizon=50"], ["+experiment=tmaze", "env.horizon=50"]):
         cfg = compose_config([*overrides, "exploration.randomize_eps=false"], tiny=False)

@@ -107,7 +107,7 @@ def test_accelerate_launch_two_machines(tmp_path):
                 "--num_processes", "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), "-m",
                 "amago_app.cli.train", *TINY, "trainer.epochs=2", "trainer.threads=1", f"hydra.run.dir={run}"]
                for r in (0, 1)], tmp_path)
-    frames = [r["total_frames"] for r in read_jsonl(run / "metrics" / "dataset.jsonl")]
+    frames = [r["total_frames"] for r in read_jsonl(run / "metrics" / "buffer.jsonl")]
     assert frames == [2 * 2 * 8, 2 * 2 * 2 * 8]  # machines x actors x steps, per epoch
     (last,) = [p for p in (run / "ckpts" / "training_states").iterdir() if p.name == "epoch_1"]
     assert {"main.pt", "rank0.pt", "rank1.pt"} <= {p.name for p in last.iterdir()}

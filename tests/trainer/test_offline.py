@@ -83,9 +83,9 @@ def test_offline_pretraining_then_online_fine_tuning(tmp_path):
         "trainer.epochs=4", "trainer.val_interval=null", "agent.online_coeff=0", "agent.offline_coeff=1",
     ])
     result = train(cfg, tmp_path / "run")
-    rows = read_jsonl(tmp_path / "run" / "metrics" / "dataset.jsonl")
-    assert [r["dataset/FIFO Files"] for r in rows][:2] == [0, 0]  # offline epochs: nothing collected
-    assert rows[2]["dataset/FIFO Files"] > 0 and rows[-1]["dataset/Protected Files"] == 16  # demos are kept
+    rows = read_jsonl(tmp_path / "run" / "metrics" / "buffer.jsonl")
+    assert [r["buffer/FIFO Files"] for r in rows][:2] == [0, 0]  # offline epochs: nothing collected
+    assert rows[2]["buffer/FIFO Files"] > 0 and rows[-1]["buffer/Protected Files"] == 16  # demos are kept
     assert result["total_frames"] == 2 * 2 * 8  # epochs 2 and 3, 2 actors x 8 steps
     assert result["gradient_steps"] == 4 * 3  # learning from epoch 0 on the protected files
 
@@ -99,16 +99,16 @@ def test_mixture_of_offline_data_and_the_online_buffer(tmp_path):
         "trainer.val_interval=null",
     ])
     result = train(cfg, tmp_path / "run")
-    rows = read_jsonl(tmp_path / "run" / "metrics" / "dataset.jsonl")
-    online = [r["dataset/online/Current Sample Weight"] for r in rows]
-    offline = [r["dataset/offline/Normalized Sample Weight"] for r in rows]
+    rows = read_jsonl(tmp_path / "run" / "metrics" / "buffer.jsonl")
+    online = [r["buffer/online/Current Sample Weight"] for r in rows]
+    offline = [r["buffer/offline/Normalized Sample Weight"] for r in rows]
     assert online == pytest.approx([0.0, 0.1, 0.2, 0.2])  # fades in from the epoch its first files arrive
     assert offline == pytest.approx([1.0, 0.8 / 0.9, 0.8, 0.8])
-    assert rows[0]["dataset/offline/Protected Files"] == 8 and rows[-1]["dataset/online/FIFO Files"] > 0
-    assert rows[-1]["dataset/offline/FIFO Files"] == 0  # rollouts only go to the run's own buffer
+    assert rows[0]["buffer/offline/Protected Files"] == 8 and rows[-1]["buffer/online/FIFO Files"] > 0
+    assert rows[-1]["buffer/offline/FIFO Files"] == 0  # rollouts only go to the run's own buffer
     assert result["gradient_steps"] == 4 * 3
-    fractions = [r["dataset/online/Empirical Sample Fraction"] for r in rows[1:] if
-                 "dataset/online/Empirical Sample Fraction" in r]
+    fractions = [r["buffer/online/Empirical Sample Fraction"] for r in rows[1:] if
+                 "buffer/online/Empirical Sample Fraction" in r]
     assert fractions and fractions[0] == 0.0  # counts report the previous epoch's sampling (offline only)
 
 

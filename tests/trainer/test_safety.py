@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from amago_app.data.files import PickleNotAllowed
 from amago_app.rundir import Checkpoints, RunDirError, read_checkpoint
-from amago_app.trainer.evaluate import evaluate
+from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.guard import TrainingDiverged
 from amago_app.trainer.run import train
 from conftest import compose_config

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         console.print(USAGE)
         return 0 if argv else 2
-    from amago_app.trainer.evaluate import evaluate  # heavy imports after argument checks
+    from amago_app.evaluation.evaluate import evaluate  # heavy imports after argument checks
 
     one_line_warnings("amago-eval")
     with report_user_errors("amago-eval"):

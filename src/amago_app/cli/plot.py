@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="run directories and/or sweep directories")
     p.add_argument("--metric", action="append", default=[], metavar="[SECTION/]NAME",
                    help="a metric per figure (repeatable): exact name, glob or substring; section defaults to "
-                        "val (others: train, train-update, dataset)")
+                        "val (others: train, train-update, buffer)")
     p.add_argument("--x", default="total_frames", choices=X_AXES, help="x-axis (default: total_frames)")
     p.add_argument("--out", default=None,
                    help="output folder (default: <DIR>/plots for one DIR, ./plots for several)")

@@ -40,7 +40,7 @@ def _ddp_env_from_submitit() -> None:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def _main(cfg: DictConfig) -> float:
-    objective = cfg.get("objective", "final")
+    objective = cfg.objective
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}")
     from amago_app.logging.metrics import sweep_job_names
@@ -49,12 +49,12 @@ def _main(cfg: DictConfig) -> float:
 
     hc = HydraConfig.get()
     _ddp_env_from_submitit()
-    if hc.mode == RunMode.MULTIRUN and not cfg.get("resume"):
+    if hc.mode == RunMode.MULTIRUN and not cfg.resume:
         # wandb: the sweep's jobs share a group (the sweep directory) and are named by what the sweep chose
         group, name = sweep_job_names(hc.sweep.dir, hc.job.num, list(hc.overrides.task), cfg.run_name)
         if cfg.logger.group is None:
             cfg.logger.group = group
-        if cfg.logger.get("name") is None:
+        if cfg.logger.name is None:
             cfg.logger.name = name
     global _stopped_by
     with report_user_errors("amago-train"):

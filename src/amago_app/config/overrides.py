@@ -19,6 +19,7 @@ from typing import Sequence
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from amago_app.config.saved import upgrade
 from amago_app.rundir import CONFIG_FILE, HISTORY_FILE, atomic_write_bytes
 
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
@@ -74,13 +75,13 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str],
 
 def run_config(run_dir: str | Path) -> DictConfig:
     """The config a run uses now: its original `config.yaml` with the overrides of every resume applied in order
-    (`overrides_history.yaml`)."""
+    (`overrides_history.yaml`), brought up to date with this version (`config/saved.py`)."""
     run_dir = Path(run_dir)
     cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     for entry in read_history(run_dir):
         if entry.get("resumed_from"):
             cfg = apply_overrides(cfg, entry.get("overrides") or [])
-    return cfg
+    return upgrade(cfg)
 
 
 def read_history(run_dir: Path) -> list[dict]:

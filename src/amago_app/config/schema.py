@@ -366,13 +366,13 @@ class MultiTaskAgentConfig(AgentConfig):
 # --- exploration ------------------------------------------------------------------------------------------
 @dataclass
 class NoExplorationConfig:
-    _target_: str = f"{_P}.trainer.exploration.NoExploration"
+    _target_: str = f"{_P}.interaction.exploration.NoExploration"
     _partial_: bool = True
 
 
 @dataclass
 class EpsilonGreedyConfig:
-    _target_: str = f"{_P}.trainer.exploration.EpsilonGreedy"
+    _target_: str = f"{_P}.interaction.exploration.EpsilonGreedy"
     _partial_: bool = True
     eps_start: float = 1.0
     eps_end: float = 0.05
@@ -385,7 +385,7 @@ class EpsilonGreedyConfig:
 
 @dataclass
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
-    _target_: str = f"{_P}.trainer.exploration.CorridorEpsilonGreedy"
+    _target_: str = f"{_P}.interaction.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
     """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
     decision_steps: int = 3
@@ -395,7 +395,7 @@ class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
 
 @dataclass
 class BilevelEpsilonGreedyConfig:
-    _target_: str = f"{_P}.trainer.exploration.BilevelEpsilonGreedy"
+    _target_: str = f"{_P}.interaction.exploration.BilevelEpsilonGreedy"
     _partial_: bool = True
     rollout_horizon: Any = MISSING
     """Rollout length over which eps decays from the start to the end schedule."""
@@ -451,7 +451,7 @@ class MixtureBufferConfig(BufferConfig):
     kind: str = "mixture"
     datasets: Any = field(default_factory=dict)
     """name -> {dataset, weight, initial_weight}. `dataset: own` is this run's disk buffer (root, name, max_size,
-    min_size, relabeler above; it receives the rollouts); otherwise an RLDataset config with a _target_, e.g. a
+    min_size, relabeler above; it receives the rollouts); otherwise a Buffer config with a _target_, e.g. a
     read-only DiskBuffer. `weight`: final sampling weight (all sum to 1); `initial_weight`: start of the fade-in
     (null = the final weight if ready at start, else 0)."""
     smooth_sudden_starts: Optional[int] = None

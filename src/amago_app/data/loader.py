@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from amago_app.data.dataset import RLDataset
+from amago_app.data.buffer import Buffer
 from amago_app.data.timestep import MAGIC_PAD_VAL, Batch, Trajectory
 
 PADDED_SAMPLING = ("none", "both", "left", "right")
@@ -76,11 +76,11 @@ def collate(windows: list[Trajectory], pad_to: int | None = None) -> Batch:
 
 
 class BatchLoader:
-    """Persistent loader of padded training batches from an `RLDataset`."""
+    """Persistent loader of padded training batches from a `Buffer`."""
 
     def __init__(
         self,
-        dataset: RLDataset,
+        buffer: Buffer,
         batch_size: int,
         max_seq_len: int,
         padded_sampling: str = "none",
@@ -92,7 +92,7 @@ class BatchLoader:
     ):
         if padded_sampling not in PADDED_SAMPLING:
             raise ValueError(f"padded_sampling={padded_sampling!r} is not one of {PADDED_SAMPLING}")
-        self.dataset = dataset
+        self.buffer = buffer
         self.batch_size = batch_size
         self.max_seq_len = max_seq_len
         self.padded_sampling = padded_sampling
@@ -105,7 +105,7 @@ class BatchLoader:
     def make_batch(self, rng: np.random.Generator) -> Batch:
         windows = []
         for _ in range(self.batch_size):
-            traj = self.dataset.sample_random_trajectory(rng)
+            traj = self.buffer.sample_random_trajectory(rng)
             start, stop = window_bounds(len(traj), self.max_seq_len, self.padded_sampling, rng)
             windows.append(slice_window(traj, start, stop))
         batch = collate(windows, pad_to=self.max_seq_len if self.fixed_length else None)

@@ -1,11 +1,11 @@
-"""Training data from several datasets at once: `MixtureOfDatasets`.
+"""A buffer that draws from several datasets at once: `MixtureBuffer`.
 
 Typical use is offline-to-online RL: a fixed dataset (demonstrations, a converted offline dataset, another run's
 buffer) mixed with the run's own replay buffer, e.g. 0.8 / 0.2, with the online share faded in once the
 online buffer has data::
 
-    MixtureOfDatasets({"offline": demos, "online": own_buffer}, sampling_weights=[0.8, 0.2],
-                      smooth_sudden_starts=50)
+    MixtureBuffer({"offline": demos, "online": own_buffer}, sampling_weights=[0.8, 0.2],
+                  smooth_sudden_starts=50)
 
 Rules:
 
@@ -18,7 +18,7 @@ Rules:
   the mixture is configured (no sudden start to smooth) and 0 for one that becomes ready later;
 * at most one child may declare a save directory (``save_new_trajs_to``); it becomes the mixture's, so the
   actors' rollouts go into that child;
-* metrics per child (logged under ``dataset/``): ``{name}/Current Sample Weight``, ``{name}/Normalized Sample
+* metrics per child (logged under ``buffer/``): ``{name}/Current Sample Weight``, ``{name}/Normalized Sample
   Weight``, ``{name}/Empirical Sample Fraction`` (share of the trajectories sampled since the last report)
   and the child's own metrics as ``{name}/{metric}``.
 
@@ -34,16 +34,16 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from amago_app.data.dataset import RLDataset
+from amago_app.data.buffer import Buffer
 from amago_app.data.timestep import Trajectory
 
 
-class MixtureOfDatasets(RLDataset):
-    """Sample each trajectory from one of several `RLDataset`s, by (annealed) weight."""
+class MixtureBuffer(Buffer):
+    """Sample each trajectory from one of several `Buffer`s, by (annealed) weight."""
 
     def __init__(
         self,
-        datasets: Sequence[RLDataset] | Mapping[str, RLDataset],
+        datasets: Sequence[Buffer] | Mapping[str, Buffer],
         sampling_weights: Sequence[float],
         initial_sampling_weights: Sequence[float | None] | None = None,
         smooth_sudden_starts: int | None = None,
@@ -56,10 +56,10 @@ class MixtureOfDatasets(RLDataset):
             self.names = _default_names(self.datasets)
         n = len(self.datasets)
         if n == 0:
-            raise ValueError("MixtureOfDatasets needs at least one dataset")
+            raise ValueError("MixtureBuffer needs at least one dataset")
         for d in self.datasets:
-            if not isinstance(d, RLDataset):
-                raise TypeError(f"MixtureOfDatasets children must be RLDatasets, got {type(d).__name__}")
+            if not isinstance(d, Buffer):
+                raise TypeError(f"MixtureBuffer children must be Buffers, got {type(d).__name__}")
         self.final_weights = _check_weights(sampling_weights, n, "sampling_weights")
         if abs(sum(self.final_weights) - 1.0) > 1e-6:
             raise ValueError(f"sampling_weights must sum to 1, got {list(sampling_weights)} (sum {sum(self.final_weights)})")
@@ -193,7 +193,7 @@ class MixtureOfDatasets(RLDataset):
             w0 = "" if self.smooth_sudden_starts is None else f", fades in over {self.smooth_sudden_starts} epochs"
             parts.append(f"{name} (weight {self.final_weights[i]:g}{w0}): {d.get_description()}")
         saves = f"; new rollouts -> {self.save_new_trajs_to}" if self.save_new_trajs_to is not None else ""
-        return "MixtureOfDatasets[" + "; ".join(parts) + "]" + saves
+        return "MixtureBuffer[" + "; ".join(parts) + "]" + saves
 
     # --- checkpointing (so that annealing continues exactly after a resume) -------------------------
     def state_dict(self) -> dict:
@@ -220,11 +220,11 @@ def _check_weights(weights: Sequence[float | None], n: int, what: str, allow_non
     return weights
 
 
-def _default_names(datasets: Sequence[RLDataset]) -> list[str]:
+def _default_names(datasets: Sequence[Buffer]) -> list[str]:
     names = [type(d).__name__ for d in datasets]
     if len(set(names)) == len(names):
         return names
     return [f"{name}{i}" for i, name in enumerate(names)]
 
 
-__all__ = ["MixtureOfDatasets"]
+__all__ = ["MixtureBuffer"]

@@ -1,6 +1,6 @@
 """Hindsight instruction relabeling (HER generalized to an ordered instruction of k goals).
 
-The disk dataset calls ``relabeler(traj)`` on every loaded file before slicing it into training windows.
+The disk buffer calls ``relabeler(traj)`` on every loaded file before slicing it into training windows.
 The relabeler here targets environments with MazeRunner's goal rules (``amago_app.envs.builtin.mazerunner``):
 
     * ``obs["goals"]``    ``(T+1, k, d)``: the instruction, completed goals overwritten with -1;

@@ -50,6 +50,10 @@ def t95(dof: int) -> float:
 
 
 # --- loading -------------------------------------------------------------------------------------------------
+#: a section -> the name its file and keys had in runs written before it was renamed (read as this section)
+FORMER_SECTIONS = {"buffer": "dataset"}
+
+
 @dataclass
 class RunData:
     """One run directory: its flattened resolved config and its metric records per section."""
@@ -68,9 +72,15 @@ class RunData:
         return str(self.config.get("run_name", self.path.name))
 
     def records(self, section: str) -> list[dict]:
+        """The section's records in the order they were logged (a run resumed after a rename has the older
+        epochs under the former name)."""
         if section not in self._sections:
-            f = self.path / "metrics" / f"{section}.jsonl"
-            self._sections[section] = _read_records(f) if f.is_file() else []
+            rows = []
+            for name in (FORMER_SECTIONS.get(section), section):
+                f = self.path / "metrics" / f"{name}.jsonl"
+                if name is not None and f.is_file():
+                    rows += [{_renamed(k, name, section): v for k, v in r.items()} for r in _read_records(f)]
+            self._sections[section] = rows
         return self._sections[section]
 
     def metric_names(self, section: str) -> list[str]:
@@ -90,6 +100,10 @@ class RunData:
                 points[float(xv)] = float(yv)
         xs = np.array(sorted(points), dtype=float)
         return xs, np.array([points[v] for v in xs], dtype=float)
+
+
+def _renamed(key: str, old: str, new: str) -> str:
+    return new + key[len(old):] if old != new and key.startswith(old + "/") else key
 
 
 def _read_records(path: Path) -> list[dict]:
@@ -279,7 +293,8 @@ def select_metrics(runs: Sequence[RunData], patterns: Sequence[str]) -> list[Met
 
 
 def _sections(runs: Sequence[RunData]) -> list[str]:
-    return sorted({f.stem for r in runs for f in (r.path / "metrics").glob("*.jsonl")})
+    current = {old: new for new, old in FORMER_SECTIONS.items()}
+    return sorted({current.get(f.stem, f.stem) for r in runs for f in (r.path / "metrics").glob("*.jsonl")})
 
 
 # --- aggregation ---------------------------------------------------------------------------------------------

@@ -96,7 +96,8 @@ class MetricsLogger:
     """Writes one record per `log` call to `{run_dir}/metrics/{section}.jsonl` (and to the trackers).
 
     `tracker`: accelerate's tracker API (`Accelerator(log_with="tensorboard")` after `init_trackers`), given
-    only when a tracker is configured. `wandb_cfg`: `enabled`, `project`, `entity`, `group`, `name`, `mode`, `id`.
+    only when a tracker is configured. `wandb_cfg` (None: no wandb): `project`, `entity`, `group`, `name` (None:
+    `run_name`), `mode`, `id`, as `logger.*` configures them.
     Only the main process makes one (`enabled=False` elsewhere), so DDP ranks never open extra runs.
     """
 
@@ -113,19 +114,14 @@ class MetricsLogger:
         if not enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        if wandb_cfg and wandb_cfg.get("enabled"):
+        if wandb_cfg is not None:
             import wandb  # imported lazily: wandb start-up is slow and optional
 
             self._wandb = wandb.init(
-                project=wandb_cfg.get("project"),
-                entity=wandb_cfg.get("entity"),
-                group=wandb_cfg.get("group"),
-                name=wandb_cfg.get("name") or run_name,
+                **{**wandb_cfg, "name": wandb_cfg["name"] or run_name},
                 dir=str(Path(run_dir)),
-                mode=wandb_cfg.get("mode", "online"),
                 config=dict(config or {}),
                 resume="allow",
-                id=wandb_cfg.get("id"),
             )
             for axis in X_AXES:
                 self._wandb.define_metric(axis)

@@ -20,7 +20,7 @@ from amago_app.logging.curves import load_run as load_run_data
 
 #: the validation metric that summaries, sweeps and searches use
 VAL_RETURN = "val/Average Total Return (Across All Env Names)"
-SECTIONS = ("val", "train", "train-update", "dataset")
+SECTIONS = ("val", "train", "train-update", "buffer")
 
 
 @dataclass

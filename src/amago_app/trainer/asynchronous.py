@@ -31,7 +31,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from amago_app.trainer import checkpointing
+from amago_app.trainer.checkpointing import policy_weights
 from amago_app.trainer.loop import Trainer
 
 POLL_S = 0.05
@@ -61,10 +61,10 @@ class Pacing:
 def utd_settings(cfg: DictConfig) -> tuple[float, float]:
     """(update-to-data ratio, slack in gradient steps) of trainer.mode=async, checked."""
     t = cfg.trainer
-    n = t.get("collectors", 2)
+    n = t.collectors
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"trainer.collectors={n!r} must be an integer >= 1 with trainer.mode=async")
-    ratio = t.get("utd_ratio")
+    ratio = t.utd_ratio
     if ratio is None:
         per_epoch = t.train_timesteps_per_epoch * cfg.env.parallel_actors
         if per_epoch <= 0:
@@ -72,7 +72,7 @@ def utd_settings(cfg: DictConfig) -> tuple[float, float]:
         ratio = t.train_batches_per_epoch / per_epoch
     if not ratio > 0:
         raise ValueError(f"trainer.utd_ratio={ratio!r} must be > 0 (gradient steps per env step)")
-    slack = t.get("utd_slack")
+    slack = t.utd_slack
     slack = t.train_batches_per_epoch if slack is None else slack
     if slack < 0:
         raise ValueError(f"trainer.utd_slack={slack!r} must be >= 0")
@@ -87,7 +87,7 @@ def collector_config(cfg: DictConfig) -> DictConfig:
         t.mode = "collect"
         t.policy_from = None  # = the run directory it shares with the learner
         t.val_interval = None  # the learner validates
-        t.threads = t.get("collector_threads", 1)
+        t.threads = t.collector_threads
         t.compile = False  # acting only
         cfg.logger.wandb = False
         cfg.logger.tensorboard = False
@@ -109,12 +109,12 @@ class AsyncCollector(Trainer):
 
     def x_axes(self) -> dict[str, float]:
         # the run's counters, not this collector's own
-        return {"total_frames": self.base_frames + self.pacing.collected(), "epoch": self.epoch,
+        return {"total_frames": self.base_frames + self.pacing.collected(), "epoch": self.counters.epoch,
                 "gradient_steps": self.pacing.updates.value}
 
     def log(self, section: str, metrics: dict) -> dict[str, float]:
         # metrics/collector{i}.jsonl (its rollouts' returns, exploration, env steps/s); the buffer stats are the learner's
-        if section == "dataset":
+        if section == "buffer":
             return {}
         return super().log(f"collector{self.index}", metrics)
 
@@ -123,10 +123,10 @@ class AsyncCollector(Trainer):
         if waited > POLL_S and self.cfg.trainer.always_load_latest:
             # the learner published newer weights while this collector waited (the epoch start loaded older
             # ones): acting with those would make its whole epoch of data one learner epoch more off-policy
-            checkpointing.load_latest_policy(self)
-        before = self.total_frames
+            self.latest_weights.load()
+        before = self.counters.total_frames
         fps = super().collect()
-        self.pacing.add_frames(self.index, self.total_frames - before)
+        self.pacing.add_frames(self.index, self.counters.total_frames - before)
         if waited > POLL_S:
             self.log("train", {"Paused (s)": waited})
         return fps
@@ -200,11 +200,11 @@ class AsyncLearner(Trainer):
     def start_collectors(self) -> None:
         # the collectors' first epoch acts with the learner's weights (those of a resumed run included)
         self.ckpts.make_dirs()
-        self.ckpts.write_weights(self.epoch, self._weights(), keep_epoch_copy=False)
+        self.ckpts.write_weights(self.counters.epoch, policy_weights(self.agent), keep_epoch_copy=False)
         ctx = mp.get_context("spawn")
         self.pacing = Pacing(self.n_collectors, ctx)
-        self.pacing.updates.value = self.gradient_steps
-        self.base_frames = self.total_frames  # a resumed run counts on from its checkpoint
+        self.pacing.updates.value = self.counters.gradient_steps
+        self.base_frames = self.counters.total_frames  # a resumed run counts on from its checkpoint
         container = OmegaConf.to_container(self.user_cfg, resolve=False)
         for i in range(self.n_collectors):
             p = ctx.Process(target=_collector_main, name=f"amago-collector{i}",
@@ -236,27 +236,27 @@ class AsyncLearner(Trainer):
 
     # --- pacing ---------------------------------------------------------------------------------------
     def _sync_frames(self) -> None:
-        self.total_frames = self.base_frames + self.pacing.collected()
+        self.counters.total_frames = self.base_frames + self.pacing.collected()
 
     def store(self) -> None:
         """Buffer housekeeping as usual, after waiting for the collectors' first files."""
         self._sync_frames()
         super().store()
-        while not self.dataset.ready_for_training:
+        while not self.buffer.ready_for_training:
             self.check_collectors()
             time.sleep(0.5)
             self._sync_frames()
-            self.dataset.refresh()
-        now, frames = time.perf_counter(), self.total_frames
+            self.buffer.refresh()
+        now, frames = time.perf_counter(), self.counters.total_frames
         since, frames_before = self._last
         self.log("async", {"Env Steps/s (all collectors)": (frames - frames_before) / max(now - since, 1e-9),
-                           "Gradient Steps per Env Step": self.gradient_steps / max(frames, 1),
+                           "Gradient Steps per Env Step": self.counters.gradient_steps / max(frames, 1),
                            "Learner Waiting (s)": self._waited, "Update-to-Data Ratio (target)": self.ratio})
         self._last, self._waited = (now, frames), 0.0
 
     def train_step(self, batch, log_step: bool) -> dict:
         start = None
-        while self.gradient_steps + 1 > self.ratio * self.total_frames:
+        while self.counters.gradient_steps + 1 > self.ratio * self.counters.total_frames:
             start = start or time.perf_counter()
             self.check_collectors()
             time.sleep(POLL_S)
@@ -264,7 +264,7 @@ class AsyncLearner(Trainer):
         if start is not None:
             self._waited += time.perf_counter() - start
         metrics = super().train_step(batch, log_step)
-        self.pacing.updates.value = self.gradient_steps
+        self.pacing.updates.value = self.counters.gradient_steps
         return metrics
 
     def describe(self) -> None:

@@ -1,105 +1,35 @@
-"""Config -> objects: everything the trainer, resume and `amago-eval` construct is built here, so that
-`loop.py` only runs the epochs.
+"""Config -> the trainer's parts: buffer, loader, rollouts, learner, outputs; the parts that act (envs, agent,
+exploration) are built by `interaction/build.py`, as for evaluation. `loop.py` only runs the epochs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shutil
 import time
+import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin, broadcast_object_list, set_seed
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from amago_app.agents.base import BaseAgent
 from amago_app.config.schema import BUFFER_KINDS
-from amago_app.data.dataset import DiskBuffer, DoNothingDataset, RLDataset
+from amago_app.data.buffer import Buffer, DiskBuffer, NoBuffer
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.envs.vector import ENV_MODES, actor_seed, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
+from amago_app.interaction.build import build, build_agent, build_envs, build_exploration, env_seed
+from amago_app.interaction.rollout import Rollout
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
-from amago_app.trainer.rollout import Rollout
+from amago_app.trainer.state import Counters, GlobalRNGs, Stateful, TrainingState
 
 PRECISIONS = ("no", "bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
-
-
-def build(node: Any, **kwargs) -> Any:
-    """`hydra.utils.instantiate` with plain Python containers for arguments."""
-    return instantiate(node, _convert_="all", **kwargs)
-
-
-def env_factory(env_cfg: DictConfig, role: str):
-    """The env factory of a role: `make` for training, `make_val` (or `make`) for validation and tests."""
-    key = "make_val" if role != "train" and env_cfg.get("make_val") is not None else "make"
-    node = env_cfg[key]
-    if node is None or not OmegaConf.is_dict(node) or "_target_" not in node:
-        raise ValueError(f"env.{key} must be a factory config with a _target_, got {node!r}")
-    try:
-        return build(node)
-    except InstantiationException as e:
-        if "Error locating target" not in str(e):
-            raise
-        target = str(node._target_)
-        module = target.rpartition(".")[0] or target
-        raise ValueError(
-            f"env.{key}._target_={target} cannot be imported: no module {module!r} on the import path "
-            f"(the working directory {os.getcwd()} is on it). Run from the folder that holds "
-            f"{module.replace('.', '/')}.py, or add its folder to PYTHONPATH"
-        ) from None
-
-
-def build_envs(cfg: DictConfig, role: str, num_actors: int | None = None) -> AMAGOEnv:
-    if cfg.env.mode not in ENV_MODES:
-        raise ValueError(f"env.mode={cfg.env.mode!r} is not one of {ENV_MODES}")
-    return make_vector_env(
-        env_factory(cfg.env, role),
-        cfg.env.parallel_actors if num_actors is None else num_actors,
-        mode=cfg.env.mode,
-        mp_context=cfg.env.mp_context,
-        step_timeout=cfg.env.step_timeout,
-        nan_to_num=bool(cfg.env.get("nan_to_num", False)),
-        env_name=cfg.env.get("name"),
-    )
-
-
-def env_seed(cfg: DictConfig, rank: int, role: str, epoch: int = 0) -> int:
-    return actor_seed(cfg.seed + 7919 * epoch, rank, role)
-
-
-def build_agent(cfg: DictConfig, envs: AMAGOEnv) -> BaseAgent:
-    """The configured agent class, called as `agents/base.py` describes."""
-    if cfg.max_seq_len < 1:
-        raise ValueError(f"max_seq_len must be >= 1, got {cfg.max_seq_len}")
-    make_agent = build(cfg.agent)
-    agent = make_agent(
-        obs_space=envs.observation_space,
-        rl2_dim=1 + envs.action_dim,
-        action_space=envs.action_space,
-        max_seq_len=cfg.max_seq_len,
-        tstep_encoder=build(cfg.tstep_encoder),
-        traj_encoder=build(cfg.traj_encoder),
-    )
-    if not isinstance(agent, BaseAgent):
-        raise ValueError(f"agent._target_ built a {type(agent).__name__}, which does not implement "
-                         "amago_app.agents.base.BaseAgent (subclass it: its docstring is the agent contract)")
-    return agent
-
-
-def build_exploration(cfg: DictConfig, envs: AMAGOEnv, seed: int):
-    if cfg.exploration is None:
-        return None
-    return build(cfg.exploration)(action_space=envs.action_space, num_actors=envs.num_envs, seed=seed)
 
 
 def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
@@ -108,25 +38,24 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
     root = Path(b.root) if b.root is not None else run_dir.parent
     name = b.name if b.name is not None else run_dir.name
     relabeler = build(b.relabeler) if b.relabeler is not None else None
-    allow_pickle = bool(b.get("allow_pickle", False))
-    if b.save_trajs_as == "traj" and not allow_pickle:
+    if b.save_trajs_as == "traj" and not b.allow_pickle:
         raise ValueError("buffer.save_trajs_as=traj writes pickle files the run must read back: add "
                          "buffer.allow_pickle=true (only for a buffer you trust) or use npz")
     return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb,
-                      allow_pickle=allow_pickle)
+                      allow_pickle=b.allow_pickle)
 
 
-def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
-    """The trainer's dataset, by `buffer.kind`: disk | mixture | none."""
-    kind = cfg.buffer.get("kind", "disk")
+def build_buffer(cfg: DictConfig, run_dir: Path) -> Buffer:
+    """The trainer's buffer, by `buffer.kind`: disk | mixture | none."""
+    kind = cfg.buffer.kind
     if kind == "disk":
         return build_disk_buffer(cfg, run_dir)
     if kind == "none":
-        return DoNothingDataset()
+        return NoBuffer()
     if kind == "mixture":
-        from amago_app.data.mixture import MixtureOfDatasets
+        from amago_app.data.mixture import MixtureBuffer
 
-        sources = cfg.buffer.get("datasets") or {}
+        sources = cfg.buffer.get("datasets")
         if not sources:
             raise ValueError("buffer=mixture needs buffer.datasets: {name: {dataset: own | {_target_: ...}, weight: w}}")
         datasets, weights, initial = {}, [], []
@@ -142,9 +71,9 @@ def build_buffer(cfg: DictConfig, run_dir: Path) -> RLDataset:
                 raise ValueError(f"buffer.datasets.{name}.dataset must be `own` or a config with a _target_, got {node!r}")
             weights.append(float(src.weight))
             initial.append(src.get("initial_weight"))
-        return MixtureOfDatasets(
+        return MixtureBuffer(
             datasets, weights, initial_sampling_weights=initial if any(w is not None for w in initial) else None,
-            smooth_sudden_starts=cfg.buffer.get("smooth_sudden_starts"),
+            smooth_sudden_starts=cfg.buffer.smooth_sudden_starts,
         )
     raise ValueError(f"buffer.kind={kind!r} is not one of {BUFFER_KINDS}")
 
@@ -158,17 +87,17 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path) -> Accelerator:
         raise ValueError(f"trainer.mixed_precision={t.mixed_precision!r} is not one of {PRECISIONS}")
     for key, low in (("epochs", 0), ("batch_size", 1), ("batches_per_update", 1), ("train_batches_per_epoch", 0),
                      ("train_timesteps_per_epoch", 0), ("val_timesteps_per_epoch", 0), ("log_interval", 1)):
-        if t.get(key) is not None and t.get(key) < low:
-            raise ValueError(f"trainer.{key}={t.get(key)} must be >= {low}")
-    if t.get("compile_mode") not in COMPILE_MODES:
-        raise ValueError(f"trainer.compile_mode={t.get('compile_mode')!r} is not one of {COMPILE_MODES}")
+        if t[key] < low:
+            raise ValueError(f"trainer.{key}={t[key]} must be >= {low}")
+    if t.compile_mode not in COMPILE_MODES:
+        raise ValueError(f"trainer.compile_mode={t.compile_mode!r} is not one of {COMPILE_MODES}")
     dynamo = None
-    if t.get("compile"):
+    if t.compile:
         # static batch shapes (every window padded to max_seq_len) so one graph serves every update;
         # mode=reduce-overhead adds CUDA graphs on GPUs
         dynamo = TorchDynamoPlugin(backend="inductor", mode=t.compile_mode, dynamic=False)
     log_with = None
-    if cfg.logger.get("tensorboard"):
+    if cfg.logger.tensorboard:
         if importlib.util.find_spec("tensorboard") is None:
             raise ValueError("logger.tensorboard=true needs the tensorboard package: pip install "
                              "'amago_app[tensorboard]' (from a clone: EXTRAS=tensorboard bash scripts/setup.sh)")
@@ -208,11 +137,11 @@ def build_rollouts(cfg: DictConfig, rank: int, run_dir: Path) -> tuple[Rollout, 
     return train, val
 
 
-def build_loader(cfg: DictConfig, dataset: RLDataset, rank: int, device: torch.device) -> BatchLoader:
+def build_loader(cfg: DictConfig, buffer: Buffer, rank: int, device: torch.device) -> BatchLoader:
     t = cfg.trainer
     return BatchLoader(
-        dataset, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
-        cfg.buffer.fixed_length or bool(t.get("compile")),
+        buffer, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
+        cfg.buffer.fixed_length or t.compile,
         cfg.buffer.prefetch, seed=cfg.seed, rank=rank, pin_memory=device.type == "cuda",
     )
 
@@ -244,6 +173,39 @@ def build_learner(cfg: DictConfig, acc: Accelerator, envs: AMAGOEnv
     return model, getattr(unwrapped, "_orig_mod", unwrapped), optimizer, scheduler
 
 
+def build_training_state(cfg: DictConfig, rank: int, acc: Accelerator, agent: BaseAgent, optimizer, scheduler,
+                         counters: Counters, train: Rollout, val: Rollout, buffer: Buffer) -> TrainingState:
+    """Every part of the run's state that a checkpoint saves and a resume restores, in restore order."""
+    shared = {"agent": agent, "optimizer": optimizer, "scheduler": scheduler, "counters": counters}
+    if acc.scaler is not None:  # fp16: the loss scale and its growth tracker
+        shared["scaler"] = acc.scaler
+    recorder, exploration = train.recorder, train.exploration
+
+    def restore_recorder(state: dict) -> None:
+        recorder.load_state_dict(state)
+        if recorder.writer_id is not None:  # its files written after the checkpoint are not in this timeline
+            buffer.remove_unsaved(recorder.writer_id, recorder.files_written)
+
+    def restore_train_rollout(state: dict) -> None:
+        if train.load_state_dict(state, agent, acc.device):
+            return
+        # the envs cannot continue their episodes: new tasks after a resume, reproducibly
+        train.seed = env_seed(cfg, rank, "train", counters.epoch)
+        if acc.is_main_process:
+            warnings.warn("the training envs cannot save their state (no get_state/set_state, see "
+                          "amago_app.envs.state): they restart with new episodes, so this resume is not an exact "
+                          "continuation", stacklevel=2)
+
+    own = {"rng": GlobalRNGs(), "recorder": Stateful(recorder.state_dict, restore_recorder)}
+    if exploration is not None:
+        own["exploration"] = exploration
+    own["buffer"] = buffer  # e.g. a mixture's fade-in schedule
+    own["train_rollout"] = Stateful(train.state_dict, restore_train_rollout)
+    own["val_rollout"] = Stateful(lambda: val.state_dict(with_envs=False),
+                                  lambda state: val.load_state_dict(state, agent, acc.device))
+    return TrainingState(shared, own)
+
+
 def run_id(run_dir: Path) -> str:
     """A stable wandb id per run directory, so a resumed run continues the same wandb run."""
     return "".join(c for c in f"{run_dir.parent.name}-{run_dir.name}" if c.isalnum() or c in "-_")[-60:]
@@ -255,8 +217,8 @@ def build_outputs(cfg: DictConfig, acc: Accelerator, run_dir: Path, elapsed: flo
     wandb_cfg = None
     config = OmegaConf.to_container(cfg, resolve=True)
     if cfg.logger.wandb:
-        wandb_cfg = {"enabled": True, "project": cfg.logger.project, "entity": cfg.logger.entity,
-                     "group": cfg.logger.group, "name": cfg.logger.get("name"), "mode": cfg.logger.mode,
+        wandb_cfg = {"project": cfg.logger.project, "entity": cfg.logger.entity,
+                     "group": cfg.logger.group, "name": cfg.logger.name, "mode": cfg.logger.mode,
                      "id": run_id(run_dir)}
     tracker = None
     if acc.log_with:
@@ -271,6 +233,6 @@ def build_outputs(cfg: DictConfig, acc: Accelerator, run_dir: Path, elapsed: flo
         config=config, start_time=time.time() - elapsed, tracker=tracker,
     )
     console = RunConsole(enabled=is_main and cfg.logger.verbose, total_epochs=cfg.trainer.epochs,
-                         start_epoch=start_epoch, mode=cfg.logger.get("console", "auto"),
-                         progress_interval=cfg.logger.get("progress_interval", 60.0))
+                         start_epoch=start_epoch, mode=cfg.logger.console,
+                         progress_interval=cfg.logger.progress_interval)
     return logger, console

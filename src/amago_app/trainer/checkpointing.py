@@ -1,10 +1,10 @@
-"""A run's training state: what the trainer saves at a checkpoint and restores on `resume=`.
+"""Saving a run's training state at a checkpoint and restoring it on `resume=`.
 
-The main process saves what all processes share (agent, optimizer, scheduler, counters); every process saves
-its own part (RNG states, the recorder's unfinished trajectories, the rollouts' env and hidden states, the
-exploration schedule, the dataset's progress). Restoring all of it continues the run exactly where it stopped
-(README "Crashes, resuming and safety" says when that is not possible). The files themselves are written and
-read by `amago_app.rundir` (atomic, all-or-nothing, tensors only).
+What the state holds is the `TrainingState` the builder made (`trainer/state.py`); `save` and `restore` walk
+its parts and know nothing else. The main process saves the shared parts (`main.pt`), every process its own
+(`rank{r}.pt`). Restoring all of them continues the run exactly where it stopped (README "Crashes, resuming and
+safety" says when that is not possible). The files themselves are written and read by `amago_app.rundir`
+(atomic, all-or-nothing, tensors only).
 """
 
 from __future__ import annotations
@@ -12,107 +12,93 @@ from __future__ import annotations
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import torch
 
 from amago_app.logging.metrics import rollback_jsonl
-from amago_app.rundir import EPOCH_DIR, load_training_state
-from amago_app.trainer.build import env_seed
-
-if TYPE_CHECKING:
-    from amago_app.trainer.loop import Trainer
+from amago_app.rundir import EPOCH_DIR, Checkpoints, load_training_state
+from amago_app.trainer.state import Part, TrainingState
 
 
-def agent_weights(trainer: "Trainer") -> dict:
-    return {k: v.detach().cpu() for k, v in trainer.agent.state_dict().items()}
+def policy_weights(agent: torch.nn.Module) -> dict:
+    """The agent's weights as the policy files hold them (CPU tensors)."""
+    return {k: v.detach().cpu() for k, v in agent.state_dict().items()}
 
 
-def counters(trainer: "Trainer") -> dict:
-    return {"epoch": trainer.epoch, "gradient_steps": trainer.gradient_steps, "total_frames": trainer.total_frames,
-            "frames_per_env": dict(trainer.frames_per_env), "elapsed": trainer.elapsed,
-            "nonfinite_skipped": trainer.guard.skipped}
-
-
-def save(trainer: "Trainer", epoch: int) -> None:
-    """Every process calls this at the same point of the loop; the state appears complete or not at all."""
+def save(state: TrainingState, ckpts: Checkpoints, epoch: int, rank: int, is_main: bool, num_processes: int,
+         barrier: Callable[[], None], weights: dict | None = None) -> None:
+    """Every process calls this at the same point of the loop; the state appears complete or not at all.
+    `weights` (main process): the policy file of this epoch."""
     main = None
-    if trainer.is_main:
-        main = {"agent": trainer.agent.state_dict(), "optimizer": trainer.optimizer.state_dict(),
-                "scheduler": trainer.scheduler.state_dict(), "counters": counters(trainer),
-                "num_processes": trainer.accelerator.num_processes}
-    own = {"recorder": trainer.recorder.state_dict(),
-           "train_rollout": trainer.train_rollout.state_dict(), "val_rollout": trainer.val_rollout.state_dict(False),
-           "exploration": trainer.exploration.state_dict() if trainer.exploration else None,
-           "dataset": trainer.dataset.state_dict()}
-    trainer.ckpts.save_training_state(epoch, trainer.rank, main, own, barrier=trainer.accelerator.wait_for_everyone,
-                                      weights=agent_weights(trainer) if trainer.is_main else None)
+    if is_main:
+        main = {name: part.state_dict() for name, part in state.shared.items()}
+        main["num_processes"] = num_processes
+    own = {name: part.state_dict() for name, part in state.per_process.items()}
+    ckpts.save_training_state(epoch, rank, main, own, barrier=barrier, weights=weights)
 
 
-def restore(trainer: "Trainer", state_dir: Path) -> None:
-    """Restore everything `save` wrote. The resumed state becomes the run's timeline: what newer epochs saved is
-    set aside, metric rows logged after it are rolled back, buffer files written after it are removed."""
-    main, own = load_training_state(state_dir, trainer.rank)
-    trainer.agent.load_state_dict(main["agent"])
-    trainer.optimizer.load_state_dict(main["optimizer"])
-    trainer.scheduler.load_state_dict(main["scheduler"])
-    c = main["counters"]
-    trainer.epoch, trainer.gradient_steps, trainer.total_frames = c["epoch"], c["gradient_steps"], c["total_frames"]
-    trainer.frames_per_env, trainer.elapsed = dict(c["frames_per_env"]), c["elapsed"]
-    trainer.guard.skipped = int(c.get("nonfinite_skipped", 0))
-    if trainer.is_main:
-        _make_timeline(trainer, Path(state_dir))
-    if own is not None:
-        trainer.recorder.load_state_dict(own["recorder"])
-        if trainer.recorder.writer_id is not None:
-            trainer.dataset.remove_unsaved(trainer.recorder.writer_id, trainer.recorder.files_written)
-        if trainer.exploration is not None and own["exploration"] is not None:
-            trainer.exploration.load_state_dict(own["exploration"])
-        if own.get("dataset") is not None:
-            trainer.dataset.load_state_dict(own["dataset"])  # e.g. a mixture's fade-in schedule
-    elif trainer.is_main:
-        print(f"warning: rank{trainer.rank}.pt missing in {state_dir} (saved with {main['num_processes']} "
-              "processes); this process starts fresh RNG and exploration state")
-    exact = False
-    if own is not None and own.get("train_rollout") is not None:
-        exact = trainer.train_rollout.load_state_dict(own["train_rollout"], trainer.agent, trainer.device)
-        trainer.val_rollout.load_state_dict(own["val_rollout"], trainer.agent, trainer.device)
-    if not exact:
-        # the envs cannot continue their episodes: new tasks after a resume, reproducibly
-        trainer.train_rollout.seed = env_seed(trainer.cfg, trainer.rank, "train", trainer.epoch)
-        if trainer.is_main and own is not None and own.get("train_rollout") is not None:
-            warnings.warn("the training envs cannot save their state (no get_state/set_state, see "
-                          "amago_app.envs.state): they restart with new episodes, so this resume is not an exact "
-                          "continuation", stacklevel=3)
+def _load(parts: dict[str, Part], saved: dict) -> list[str]:
+    """Restore every part from `saved`, in order; returns the names of the parts it holds nothing for."""
+    missing = []
+    for name, part in parts.items():
+        value = saved.get(name, saved.get(TrainingState.FORMER_NAMES.get(name, name)))
+        if value is None:
+            missing.append(name)
+        else:
+            part.load_state_dict(value)
+    return missing
 
 
-def _make_timeline(trainer: "Trainer", state_dir: Path) -> None:
+def restore(state: TrainingState, state_dir: Path, rank: int) -> None:
+    """Restore every part `save` wrote into `state_dir`. Parts with nothing saved start fresh: this process's own
+    parts when the run was saved with fewer processes, a part that older versions did not save."""
+    main, own = load_training_state(state_dir, rank)
+    missing = _load(state.shared, main)
+    if own is None:
+        print(f"warning: rank{rank}.pt missing in {state_dir} (saved with {main['num_processes']} processes); "
+              "this process starts fresh RNG, rollouts and exploration")
+    else:
+        missing += _load(state.per_process, own)
+    if missing:
+        warnings.warn(f"{state_dir} holds no {', '.join(missing)}: starting fresh", stacklevel=2)
+
+
+def make_timeline(ckpts: Checkpoints, state_dir: Path, epoch: int, weights: dict) -> None:
+    """Main process, after a restore from `state_dir` (whose counters say `epoch` epochs were done): the resumed
+    state becomes the run's only timeline. What newer epochs saved is set aside, metric rows logged after it are
+    rolled back, and `latest/` holds its weights."""
     match = EPOCH_DIR.match(state_dir.name)
     if match:
-        moved = trainer.ckpts.abandon_newer_than(int(match.group(1)))
+        moved = ckpts.abandon_newer_than(int(match.group(1)))
         if moved:
             warnings.warn(f"resuming from {state_dir.name}: what newer epochs saved is renamed to {moved}",
-                          stacklevel=4)
-    rollback_jsonl(trainer.run_dir, trainer.epoch)
-    if match:  # latest/ follows the resumed timeline; the state's policy copy exists even if a kill cut it
+                          stacklevel=3)
+    rollback_jsonl(ckpts.run_dir, epoch)
+    if match:  # the state's policy copy exists even if a kill cut the save short
         e = int(match.group(1))
-        has_copy = (trainer.ckpts.weights / f"policy_epoch_{e}.pt").exists()
-        trainer.ckpts.write_weights(e, agent_weights(trainer), keep_epoch_copy=not has_copy)
+        has_copy = (ckpts.weights / f"policy_epoch_{e}.pt").exists()
+        ckpts.write_weights(e, weights, keep_epoch_copy=not has_copy)
 
 
-def load_latest_policy(trainer: "Trainer", tries: int = 10) -> None:
-    """mode=collect / async collectors: act with the newest weights the learner published (retried while the
-    learner is replacing the file)."""
-    path = trainer.latest_source
-    for _ in range(tries):
-        if not path.exists():
-            if not trainer.warned_no_latest and trainer.is_main:
-                print(f"warning: no weights at {path} yet; acting with the current ones")
-                trainer.warned_no_latest = True
-            return
-        try:
-            trainer.agent.load_state_dict(torch.load(path, map_location=trainer.device, weights_only=True))
-            return
-        except (RuntimeError, EOFError, OSError):
-            time.sleep(1.0)
-    print(f"warning: could not read {path} after {tries} tries")
+class LatestWeights:
+    """mode=collect and async collectors act with the newest weights the learner published."""
+
+    def __init__(self, path: Path, agent: torch.nn.Module, device: torch.device, is_main: bool):
+        self.path, self.agent, self.device, self.is_main = path, agent, device, is_main
+        self._warned = False
+
+    def load(self, tries: int = 10) -> None:
+        """Load them into the agent (retried while the learner is replacing the file)."""
+        for _ in range(tries):
+            if not self.path.exists():
+                if not self._warned and self.is_main:
+                    print(f"warning: no weights at {self.path} yet; acting with the current ones")
+                    self._warned = True
+                return
+            try:
+                self.agent.load_state_dict(torch.load(self.path, map_location=self.device, weights_only=True))
+                return
+            except (RuntimeError, EOFError, OSError):
+                time.sleep(1.0)
+        print(f"warning: could not read {self.path} after {tries} tries")

@@ -1,7 +1,7 @@
 """Non-finite numbers never reach a checkpoint.
 
 An update whose loss or gradient norm is not finite (on any process) is skipped: no optimizer step, no target
-update, counted in `train-update/Non-finite Updates Skipped`. After `trainer.max_nonfinite_updates` skipped
+update, counted in `train-update/Non-finite Updates Skipped` (the run's counters). After `trainer.max_nonfinite_updates` skipped
 updates in a row the run stops with `TrainingDiverged`, naming the last good checkpoint. Weights are saved only
 while they are finite and the latest update was not skipped. fp16 runs leave overflow to the gradient scaler,
 which skips those steps itself and lowers its scale.
@@ -23,7 +23,6 @@ def all_finite(state: dict) -> bool:
 class NonFiniteGuard:
     def __init__(self, accelerator, limit: int | None, mixed_precision: str):
         self.accelerator, self.limit, self.mixed_precision = accelerator, limit, mixed_precision
-        self.skipped = 0  # all time (checkpointed)
         self.in_a_row = 0
 
     def must_skip(self, loss: torch.Tensor, grad_norm) -> bool:
@@ -41,7 +40,6 @@ class NonFiniteGuard:
         if not skipped:
             self.in_a_row = 0
             return None
-        self.skipped += 1
         self.in_a_row += 1
         if self.limit and self.in_a_row >= self.limit:
             return (f"{self.in_a_row} updates in a row had a non-finite loss or gradient "

@@ -2,7 +2,8 @@
 
 Every process runs its own actors and samples its own batches; gradients are averaged by DDP through
 `accelerate`. Only the main process writes the run directory and trims the buffer. Everything the loop uses
-is built by `trainer/build.py`; the checkpoint files are written and read by `amago_app.rundir`.
+is built by `trainer/build.py`, its training state too (`self.state`: what `trainer/checkpointing.py` saves
+and restores); the counters are `self.counters` (`trainer/state.py`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import numpy as np
 import torch
 from accelerate.state import AcceleratorState
 from accelerate.utils import gather_object, set_seed
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from amago_app.interaction.rollout import balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
-from amago_app.rundir import CONFIG_FILE, RESOLVED_CONFIG_FILE, Checkpoints, atomic_write_bytes, crash_point
+from amago_app.rundir import Checkpoints, crash_point
 from amago_app.trainer import checkpointing
 from amago_app.trainer.build import (
     build_accelerator,
@@ -30,11 +32,13 @@ from amago_app.trainer.build import (
     build_loader,
     build_outputs,
     build_rollouts,
+    build_training_state,
     shared_run_dir,
 )
+from amago_app.trainer.checkpointing import LatestWeights, policy_weights
 from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
 from amago_app.trainer.modes import effective_config, has_edit_rights
-from amago_app.trainer.rollout import balanced_quota
+from amago_app.trainer.state import Counters
 from amago_app.trainer.stopping import StopRequest
 from amago_app.trainer.threads import ThreadBudget
 
@@ -44,14 +48,14 @@ def _fmt(x: float | None) -> str:
 
 
 class Trainer:
-    """One run: the parts built by `trainer/build.py`, the counters, and the epoch loop over them."""
+    """One run: the parts built by `trainer/build.py`, the training state they make up, and the epoch loop."""
 
     def __init__(self, cfg: DictConfig, run_dir: str | Path, actor_rank: int | None = None):
         """`actor_rank` seeds and names this process's actors, RNG and buffer files: the DDP rank by default;
         the collector processes of trainer.mode=async use 1 + their index (the learner is 0)."""
         cfg = effective_config(cfg)  # trainer.mode=collect|learn settings (the saved config keeps the user's)
         self.cfg, t = cfg, cfg.trainer
-        self.threads = ThreadBudget(t.get("threads", "auto"))  # before any torch work: sizes the thread pool
+        self.threads = ThreadBudget(t.threads)  # before any torch work: sizes the thread pool
         self.accelerator = acc = build_accelerator(cfg, run_dir)
         self.rank, self.is_main, self.device = acc.process_index, acc.is_main_process, acc.device
         self.actor_rank = self.rank if actor_rank is None else actor_rank
@@ -61,30 +65,27 @@ class Trainer:
         self.train_rollout, self.val_rollout = build_rollouts(cfg, self.actor_rank, self.run_dir)
         self.train_envs, self.val_envs = self.train_rollout.envs, self.val_rollout.envs
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
-        self.dataset = build_buffer(cfg, self.run_dir)
-        self.dataset.configure(has_edit_rights=has_edit_rights(cfg))
-        self.loader = build_loader(cfg, self.dataset, self.actor_rank, self.device)
+        self.buffer = build_buffer(cfg, self.run_dir)
+        self.buffer.configure(has_edit_rights=has_edit_rights(cfg))
+        self.loader = build_loader(cfg, self.buffer, self.actor_rank, self.device)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
         if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
             set_seed(cfg.seed + self.actor_rank)
+        self.counters = Counters()
+        self.state = build_training_state(cfg, self.rank, acc, self.agent, self.optimizer, self.scheduler,
+                                          self.counters, self.train_rollout, self.val_rollout, self.buffer)
 
-        # counters (all checkpointed)
-        self.epoch = 0
-        self.gradient_steps = 0
-        self.total_frames = 0
-        self.frames_per_env: dict[str, int] = {}
-        self.elapsed = 0.0  # training wall time before this process started (resume)
-        self.guard = NonFiniteGuard(acc, t.get("max_nonfinite_updates", 10), t.mixed_precision)
+        self.guard = NonFiniteGuard(acc, t.max_nonfinite_updates, t.mixed_precision)
         self.stop = StopRequest()  # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
         self._val_episodes = 0
         self._last_loss: float | None = None  # of the last logged update (the console's epoch line)
         self._last_val: float | None = None
-        self.warned_no_latest = False
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
-        self.latest_source = Checkpoints(t.policy_from).latest if t.get("policy_from") else self.ckpts.latest
+        self.latest_weights = LatestWeights(Checkpoints(t.policy_from).latest if t.policy_from
+                                            else self.ckpts.latest, self.agent, self.device, self.is_main)
         self.logger: MetricsLogger | None = None
         self.last_val_summary: dict[str, float] = {}
         self.console: RunConsole | None = None
@@ -94,11 +95,13 @@ class Trainer:
         if self.is_main:
             self.ckpts.make_dirs()
         self.accelerator.wait_for_everyone()
-        self.logger, self.console = build_outputs(self.cfg, self.accelerator, self.run_dir, self.elapsed, self.epoch)
+        c = self.counters
+        self.logger, self.console = build_outputs(self.cfg, self.accelerator, self.run_dir, c.elapsed, c.epoch)
 
     def x_axes(self) -> dict[str, float]:
-        axes = {"total_frames": self.total_frames, "epoch": self.epoch, "gradient_steps": self.gradient_steps}
-        axes.update({f"total_frames-{k}": v for k, v in self.frames_per_env.items()})
+        c = self.counters
+        axes = {"total_frames": c.total_frames, "epoch": c.epoch, "gradient_steps": c.gradient_steps}
+        axes.update({f"total_frames-{k}": v for k, v in c.frames_per_env.items()})
         return axes
 
     def log(self, section: str, metrics: dict) -> dict[str, float]:
@@ -117,7 +120,7 @@ class Trainer:
             f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{c.trainer.mixed_precision}, torch threads {self.threads.describe()}\n"
-            f"  buffer {self.dataset.get_description()}"
+            f"  buffer {self.buffer.get_description()}"
         )
         self._print_thread_notes()
 
@@ -134,7 +137,7 @@ class Trainer:
     def collect(self) -> float:
         steps = self.cfg.trainer.train_timesteps_per_epoch
         every = self.cfg.trainer.force_reset_train_envs_every
-        if every and self.epoch > 0 and self.epoch % every == 0:
+        if every and self.counters.epoch > 0 and self.counters.epoch % every == 0:
             self.train_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         with self.console.phase("collect", steps * self.train_envs.num_envs, "env steps") as advance:
@@ -145,13 +148,14 @@ class Trainer:
             )
         fps = sum(stats.frames.values()) / max(time.perf_counter() - start, 1e-9)
         crash_point("collect")
-        self.recorder.flush(self.dataset.save_new_trajs_to)
+        self.recorder.flush(self.buffer.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
         merged = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
+        c = self.counters
         for frames in merged:
             for name, n in frames.items():
-                self.frames_per_env[name] = self.frames_per_env.get(name, 0) + n
-                self.total_frames += n
+                c.frames_per_env[name] = c.frames_per_env.get(name, 0) + n
+                c.total_frames += n
         train = stats.summary()
         if self.exploration is not None:
             train.update(self.exploration.stats())
@@ -168,7 +172,7 @@ class Trainer:
         self.val_rollout.reset(self.agent, self.device)
         start = time.perf_counter()
         steps, quota = t.val_timesteps_per_epoch, None
-        if t.get("val_episodes") is not None:
+        if t.val_episodes is not None:
             quota = balanced_quota(t.val_episodes, self.val_envs.num_envs, self.rank, self.accelerator.num_processes)
             # val_timesteps_per_epoch covers one rollout; the cap only guards against episodes that never end
             steps = 2 * t.val_timesteps_per_epoch * max(1, int(quota.max()))
@@ -191,7 +195,7 @@ class Trainer:
         if t.val_both_modes:
             self._validate_other_mode(steps, quota, task_seed)
         value = summary.get("Average Total Return (Across All Env Names)")
-        if value is not None and self.is_main and np.isfinite(value) and self._healthy():
+        if value is not None and self.is_main and np.isfinite(value) and self.guard.healthy(self.agent.state_dict()):
             self._keep_best(value)
         return value
 
@@ -222,11 +226,11 @@ class Trainer:
 
     def _keep_best(self, val_return: float) -> None:
         """ckpts/best/policy.pt: the weights with the highest validation return so far (`checkpoint=best`)."""
-        best = self.ckpts.read_best()
+        best, c = self.ckpts.read_best(), self.counters
         if best is None or val_return > best["val_return"]:
-            self.ckpts.write_best(self._weights(), {
-                "epoch": self.epoch, "val_return": float(val_return), "val_episodes": self._val_episodes,
-                "total_frames": self.total_frames, "gradient_steps": self.gradient_steps,
+            self.ckpts.write_best(policy_weights(self.agent), {
+                "epoch": c.epoch, "val_return": float(val_return), "val_episodes": self._val_episodes,
+                "total_frames": c.total_frames, "gradient_steps": c.gradient_steps,
             })
 
     def store(self) -> None:
@@ -234,10 +238,10 @@ class Trainer:
         then every process re-reads the buffer."""
         acc = self.accelerator
         acc.wait_for_everyone()
-        housekeeping = self.dataset.on_end_of_collection(self.epoch, self.is_main)
+        housekeeping = self.buffer.on_end_of_collection(self.counters.epoch, self.is_main)
         acc.wait_for_everyone()
-        self.dataset.refresh()
-        self.log("dataset", {**housekeeping, **self.dataset.stats()})
+        self.buffer.refresh()
+        self.log("buffer", {**housekeeping, **self.buffer.stats()})
 
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
@@ -257,15 +261,16 @@ class Trainer:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         if acc.sync_gradients:
+            self.counters.nonfinite_skipped += skip
             stop_why = self.guard.record(skip)
             if stop_why:
                 raise self._diverged(stop_why)
             if not skip:
                 self.agent.update_targets()  # after the optimizer step, so targets track the new weights
                 self.scheduler.step()
-                self.gradient_steps += 1
+                self.counters.gradient_steps += 1
         if log_step:
-            metrics["Non-finite Updates Skipped"] = self.guard.skipped
+            metrics["Non-finite Updates Skipped"] = self.counters.nonfinite_skipped
             metrics["Loss"] = loss.detach()
             metrics["Learning Rate"] = self.scheduler.get_last_lr()[0]
         return metrics
@@ -274,7 +279,7 @@ class Trainer:
         good = self.ckpts.latest_state_dir()
         where = (f"the last good checkpoint is {good} (resume=<it> with e.g. a lower trainer.learning_rate)"
                  if good is not None else "no good checkpoint was saved")
-        return TrainingDiverged(f"training stopped at epoch {self.epoch}: {why}; {where}")
+        return TrainingDiverged(f"training stopped at epoch {self.counters.epoch}: {why}; {where}")
 
     @contextmanager
     def _blame_divergence(self):
@@ -303,11 +308,11 @@ class Trainer:
         last = {}
         done = 0
         with self.console.phase("train", t.train_batches_per_epoch, "updates") as advance:
-            for batch in self.loader.epoch(self.epoch, t.train_batches_per_epoch):
+            for batch in self.loader.epoch(self.counters.epoch, t.train_batches_per_epoch):
                 if self._interrupted():
                     break
                 done += 1
-                log_step = self.gradient_steps % t.log_interval == 0
+                log_step = self.counters.gradient_steps % t.log_interval == 0
                 metrics = self.train_step(batch, log_step)
                 crash_point("update")
                 if log_step and self.is_main:
@@ -331,19 +336,19 @@ class Trainer:
     # --- the loop -----------------------------------------------------------------------------------
     def learn(self) -> dict:
         """Run the remaining epochs; returns the last validation summary of the main process."""
-        t = self.cfg.trainer
+        t, c = self.cfg.trainer, self.counters
         self._open_outputs()
         self.describe()
         self._last_val = None
-        started = time.time() - self.elapsed
+        started = time.time() - c.elapsed
         self._catch_stop_signals()
         interrupted = False
         try:
-            while self.epoch < t.epochs and not interrupted:
+            while c.epoch < t.epochs and not interrupted:
                 interrupted = self.run_epoch(started)
             if interrupted:
-                print(f"interrupted: training state saved at epoch {self.epoch - 1} "
-                      f"({self.ckpts.state_dir(self.epoch - 1)}); continue with:\n  {self.resume_command()}",
+                print(f"interrupted: training state saved at epoch {c.epoch - 1} "
+                      f"({self.ckpts.state_dir(c.epoch - 1)}); continue with:\n  {self.resume_command()}",
                       flush=True)
             elif t.val_timesteps_per_epoch > 0 and t.val_interval:
                 self._last_val = self.validate()
@@ -353,17 +358,18 @@ class Trainer:
         finally:
             self.stop.release()
             self.close()
-        return {"val_return": self._last_val, "epochs": self.epoch, "gradient_steps": self.gradient_steps,
-                "total_frames": self.total_frames, "wall_time": self.elapsed, "interrupted": interrupted,
+        return {"val_return": self._last_val, "epochs": c.epoch, "gradient_steps": c.gradient_steps,
+                "total_frames": c.total_frames, "wall_time": c.elapsed, "interrupted": interrupted,
                 "stopped_by": self.stop.signal, "run_dir": str(self.run_dir)}
 
     def run_epoch(self, started: float) -> bool:
         """One epoch: validate -> collect -> store -> update -> checkpoint (each phase only when it is due).
         Returns whether Ctrl-C cut it short (its state is then saved)."""
-        t, acc, epoch = self.cfg.trainer, self.accelerator, self.epoch
+        t, acc, c = self.cfg.trainer, self.accelerator, self.counters
+        epoch = c.epoch
         summary: dict[str, str] = {}
         if t.always_load_latest:
-            checkpointing.load_latest_policy(self)
+            self.latest_weights.load()
         if t.val_interval and epoch % t.val_interval == 0 and t.val_timesteps_per_epoch > 0:
             with self._blame_divergence():
                 self._last_val = self.validate()
@@ -373,23 +379,23 @@ class Trainer:
             with self._blame_divergence():
                 summary["env steps/s"] = f"{self.collect():,.0f}"
         self.store()
-        if t.get("mode") == "learn" and not self.dataset.ready_for_training:
+        if t.mode == "learn" and not self.buffer.ready_for_training:
             time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
             return False
-        if self.dataset.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
+        if self.buffer.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
             summary["updates/s"] = f"{self.update():.1f}"
             summary["loss"] = _fmt(self._last_loss)
         acc.wait_for_everyone()
-        self.epoch = epoch + 1
-        self.elapsed = time.time() - started
+        c.epoch = epoch + 1
+        c.elapsed = time.time() - started
         interrupted = self._interrupted()
         self.checkpoint(epoch, force=interrupted)
         self.threads.update()  # auto: follow what other processes used during this epoch
         self._print_thread_notes()
         if self._val_episodes and "val return" in summary:
             summary["val episodes"] = str(self._val_episodes)
-        summary["frames"] = f"{self.total_frames:,}"
-        summary["time"] = f"{self.elapsed:,.0f}s"
+        summary["frames"] = f"{c.total_frames:,}"
+        summary["time"] = f"{c.elapsed:,.0f}s"
         self.console.end_epoch(epoch, summary)
         return interrupted
 
@@ -403,48 +409,35 @@ class Trainer:
         self.accelerator.trackers.clear()
         self.train_rollout.close()
         self.val_rollout.close()
-        self.dataset.close()
+        self.buffer.close()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
 
-    # --- checkpoints (what they hold: trainer/checkpointing.py) -----------------------------------------
-    def _weights(self) -> dict:
-        return checkpointing.agent_weights(self)
-
+    # --- checkpoints (what they hold: self.state, saved and restored by trainer/checkpointing.py) ----------
     def checkpoint(self, epoch: int, force: bool = False) -> None:
         """Save the training state when it is due (every `ckpt_interval` epochs, after the last one, and when
         a stop was requested: `force`); `latest/policy.pt` after every epoch with `always_save_latest`."""
         t = self.cfg.trainer
-        last_epoch = self.epoch == t.epochs and t.get("mode") != "collect"  # collectors save nothing
+        last_epoch = self.counters.epoch == t.epochs and t.mode != "collect"  # collectors save nothing
         due = (t.ckpt_interval and epoch % t.ckpt_interval == 0) or last_epoch or force
-        if (due or t.always_save_latest) and not self._healthy():
+        if not (due or t.always_save_latest):
+            return
+        if not self.guard.healthy(self.agent.state_dict()):
             if self.is_main:
                 warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "
                               f"{self.guard.in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
             return
+        weights = policy_weights(self.agent) if self.is_main else None
         if due:
-            self.save_checkpoint(epoch)
+            checkpointing.save(self.state, self.ckpts, epoch, self.rank, self.is_main,
+                               self.accelerator.num_processes, self.accelerator.wait_for_everyone, weights)
         if t.always_save_latest and self.is_main:
-            self.ckpts.write_weights(epoch, self._weights(), keep_epoch_copy=False)
+            self.ckpts.write_weights(epoch, weights, keep_epoch_copy=False)
 
-    def _healthy(self) -> bool:
-        return self.guard.healthy(self.agent.state_dict())
-
-    def save_checkpoint(self, epoch: int) -> None:
-        checkpointing.save(self, epoch)
-
-    def load_checkpoint(self, state_dir: Path) -> None:
-        """Continue exactly where the saved state stopped (`resume=`)."""
-        checkpointing.restore(self, Path(state_dir))
-
-
-def save_config(cfg: DictConfig, run_dir: Path) -> None:
-    """What later commands rebuild the run from.
-
-    `config.yaml` keeps interpolations (so `amago-eval run env.horizon=20` still moves every length derived
-    from the horizon); `config.resolved.yaml` records the concrete values the run used.
-    """
-    for name, resolve in ((CONFIG_FILE, False), (RESOLVED_CONFIG_FILE, True)):
-        text = OmegaConf.to_yaml(cfg, resolve=resolve).encode()
-        atomic_write_bytes(run_dir / name, lambda f, text=text: f.write(text))
+    def resume(self, state_dir: str | Path) -> None:
+        """Continue exactly where the saved state stopped (`resume=`); it becomes the run's timeline."""
+        state_dir = Path(state_dir)
+        checkpointing.restore(self.state, state_dir, self.rank)
+        if self.is_main:
+            checkpointing.make_timeline(self.ckpts, state_dir, self.counters.epoch, policy_weights(self.agent))

@@ -23,11 +23,11 @@ COLLECT_EPOCHS = 1_000_000  # a collector runs at least this many epochs (until 
 
 def effective_config(cfg: DictConfig) -> DictConfig:
     """A copy of `cfg` with the settings of `trainer.mode` applied (the same config for mode=both)."""
-    mode = cfg.trainer.get("mode", "both")
+    mode = cfg.trainer.mode
     if mode not in TRAINER_MODES:
         raise ValueError(f"trainer.mode={mode!r} is not one of {TRAINER_MODES}")
     if mode == "both":
-        if cfg.trainer.get("policy_from"):
+        if cfg.trainer.policy_from:
             raise ValueError("trainer.policy_from is only used with trainer.mode=collect")
         return cfg
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
@@ -48,7 +48,7 @@ def effective_config(cfg: DictConfig) -> DictConfig:
             t.train_timesteps_per_epoch = 0
             t.always_save_latest = True
             t.always_load_latest = False
-            if t.get("policy_from"):
+            if t.policy_from:
                 raise ValueError("trainer.policy_from is only used with trainer.mode=collect")
         else:  # learn
             t.start_collecting_at_epoch = NEVER
@@ -57,14 +57,14 @@ def effective_config(cfg: DictConfig) -> DictConfig:
             cfg.env.parallel_actors = 1
             t.always_save_latest = True
             t.always_load_latest = False
-            if t.get("policy_from"):
+            if t.policy_from:
                 raise ValueError("trainer.policy_from is only used with trainer.mode=collect")
     return cfg
 
 
 def has_edit_rights(cfg: DictConfig) -> bool:
     """Only processes that learn own the buffer's FIFO trimming."""
-    return cfg.trainer.get("mode", "both") != "collect"
+    return cfg.trainer.mode != "collect"
 
 
 __all__ = ["TRAINER_MODES", "effective_config", "has_edit_rights"]

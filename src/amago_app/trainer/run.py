@@ -10,8 +10,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import setup
 from amago_app.config.overrides import apply_overrides, record_command, trusted_run_config
-from amago_app.rundir import Checkpoints, RunLock, find_training_state, run_dir_of_state
-from amago_app.trainer.loop import Trainer, save_config
+from amago_app.rundir import Checkpoints, RunLock, find_training_state, run_dir_of_state, save_config
+from amago_app.trainer.loop import Trainer
 
 
 def _take_run_dir(run_dir: Path) -> RunLock:
@@ -56,7 +56,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
         else:
             trainer = Trainer(cfg, run_dir)
         if state_dir is not None:
-            trainer.load_checkpoint(state_dir)
+            trainer.resume(state_dir)
         if trainer.is_main:
             if state_dir is None:
                 save_config(cfg, trainer.run_dir)

@@ -53,11 +53,11 @@ import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.grid import XY_MOVES, checked_action, on_board
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
 # action index -> (dx, dy)
-_MOVES = {0: (0, 0), 1: (1, 0), 2: (-1, 0), 3: (0, 1), 4: (0, -1)}
 
 
 def lake_has_path(lake: list[list[str]]) -> bool:
@@ -192,15 +192,13 @@ class MetaFrozenLake(SavesState, gym.Env):
         return self._soft_reset(), {}
 
     def step(self, action):
-        action = int(action)
-        if action not in _MOVES:
-            raise ValueError(f"invalid action {action!r} for Discrete(5)")
+        action = checked_action(action, 5)
         rng = self.np_random
         n = self.size
         move = self.action_mapping[action]
         if self.slip_chance > 0 and rng.random() < self.slip_chance:
             move = 0
-        dx, dy = _MOVES[move]
+        dx, dy = XY_MOVES[move]
         x, y = self.pos
         nx, ny = x + dx, y + dy
         if self.hard_mode and rng.random() < 0.25:
@@ -209,7 +207,7 @@ class MetaFrozenLake(SavesState, gym.Env):
                 nx += delta
             else:
                 ny += delta
-        nx, ny = min(max(nx, 0), n - 1), min(max(ny, 0), n - 1)
+        nx, ny = on_board(nx, ny, n)
         if self.hard_mode and (nx, ny) != (x, y) and rng.random() < 1.0 / 3.0:
             if (x, y) != (0, 0) and (x, y) != (n - 1, n - 1):
                 self.current_map[y][x] = "H"

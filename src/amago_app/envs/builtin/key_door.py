@@ -38,11 +38,11 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.grid import XY_MOVES, checked_action, on_board
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
 # action index -> (dx, dy)
-_MOVES = {0: (0, 0), 1: (1, 0), 2: (-1, 0), 3: (0, 1), 4: (0, -1)}
 
 Location = str | Sequence[int]
 
@@ -180,9 +180,7 @@ class RoomKeyDoor(SavesState, gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        action = int(action)
-        if action not in _MOVES:
-            raise ValueError(f"invalid action {action!r} for Discrete(5)")
+        action = checked_action(action, 5)
         self.total_steps += 1
         info: dict[str, Any] = {}
         reward = 0.0
@@ -191,9 +189,8 @@ class RoomKeyDoor(SavesState, gym.Env):
             self._begin_attempt()
             self.attempt_index += 1
         else:
-            dx, dy = _MOVES[int(self.action_mapping[action])]
-            n = self.size
-            self.pos = (min(max(self.pos[0] + dx, 0), n - 1), min(max(self.pos[1] + dy, 0), n - 1))
+            dx, dy = XY_MOVES[int(self.action_mapping[action])]
+            self.pos = on_board(self.pos[0] + dx, self.pos[1] + dy, self.size)
             self.attempt_time += 1
             success = False
             if not self.has_key and self.pos == self.key:

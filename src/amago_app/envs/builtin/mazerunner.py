@@ -39,6 +39,7 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.grid import checked_action
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
@@ -204,9 +205,7 @@ class MazeRunner(SavesState, gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        action = int(action)
-        if action not in _MOVES:
-            raise ValueError(f"invalid action {action!r} for Discrete(5)")
+        action = checked_action(action, 5)
         self.t += 1
         dr, dc = _MOVES[int(self.action_mapping[action])]
         r, c = self.pos[0] + dr, self.pos[1] + dc

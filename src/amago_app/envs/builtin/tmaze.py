@@ -48,6 +48,7 @@ import gymnasium as gym
 import numpy as np
 
 from amago_app.data.timestep import LOG_METRIC_PREFIX
+from amago_app.envs.builtin.grid import checked_action
 from amago_app.envs.builtin.render import GridCanvas, check_render_mode
 from amago_app.envs.state import SavesState
 
@@ -123,9 +124,7 @@ class _TMaze(SavesState, gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        action = int(action)
-        if action not in _MOVES:
-            raise ValueError(f"invalid action {action!r} for Discrete(4)")
+        action = checked_action(action, 4)
         self.t += 1
         dx, dy = _MOVES[action]
         entering_oracle_first_time = False

@@ -78,24 +78,11 @@ class ActorHead(nn.Module):
 
 
 class Actor(ActorHead):
-    """MLP actor: `n_layers` hidden layers of `d_hidden`, output G * P."""
+    """MLP actor: `n_layers` hidden layers of `d_hidden`, output G * P. `dist_types`: `ActorHead`'s."""
 
-    def __init__(
-        self,
-        state_dim: int,
-        action_dim: int,
-        action_kind: str,
-        num_gammas: int,
-        n_layers: int = 2,
-        d_hidden: int = 256,
-        activation: str = "leaky_relu",
-        dropout_p: float = 0.0,
-        continuous_dist_type: PolicyDistribution | str | None = None,
-        discrete_dist_type: PolicyDistribution | str | None = None,
-        multibinary_dist_type: PolicyDistribution | str | None = None,
-    ):
-        super().__init__(state_dim, action_dim, action_kind, num_gammas, continuous_dist_type, discrete_dist_type,
-                         multibinary_dist_type)
+    def __init__(self, state_dim: int, action_dim: int, action_kind: str, num_gammas: int, n_layers: int = 2,
+                 d_hidden: int = 256, activation: str = "leaky_relu", dropout_p: float = 0.0, **dist_types):
+        super().__init__(state_dim, action_dim, action_kind, num_gammas, **dist_types)
         self.net = MLP(state_dim, d_hidden, n_layers, self.out_dim, activation, dropout=dropout_p)
 
 
@@ -115,26 +102,13 @@ class ResidualBlock(nn.Module):
 
 class ResidualActor(ActorHead):
     """Residual actor: Linear(D, feature_dim) -> act -> Linear(feature_dim, feature_dim), `residual_blocks`
-    residual FF blocks (`residual_ff_dim` wide, `normalization` inside), Linear(feature_dim, G * P)."""
+    residual FF blocks (`residual_ff_dim` wide, `normalization` inside), Linear(feature_dim, G * P).
+    `dist_types`: `ActorHead`'s."""
 
-    def __init__(
-        self,
-        state_dim: int,
-        action_dim: int,
-        action_kind: str,
-        num_gammas: int,
-        feature_dim: int = 256,
-        residual_ff_dim: int = 512,
-        residual_blocks: int = 2,
-        normalization: str | None = "layer",
-        activation: str = "leaky_relu",
-        dropout_p: float = 0.0,
-        continuous_dist_type: PolicyDistribution | str | None = None,
-        discrete_dist_type: PolicyDistribution | str | None = None,
-        multibinary_dist_type: PolicyDistribution | str | None = None,
-    ):
-        super().__init__(state_dim, action_dim, action_kind, num_gammas, continuous_dist_type, discrete_dist_type,
-                         multibinary_dist_type)
+    def __init__(self, state_dim: int, action_dim: int, action_kind: str, num_gammas: int, feature_dim: int = 256,
+                 residual_ff_dim: int = 512, residual_blocks: int = 2, normalization: str | None = "layer",
+                 activation: str = "leaky_relu", dropout_p: float = 0.0, **dist_types):
+        super().__init__(state_dim, action_dim, action_kind, num_gammas, **dist_types)
         if residual_blocks < 0:
             raise ValueError(f"residual_blocks must be >= 0, got {residual_blocks}")
         self.net = nn.Sequential(

@@ -16,7 +16,7 @@ input) is multiplied once instead of K*G times; the result is identical to conca
 
 Critic interface (custom critics: `agent.critic._target_=my_pkg.MyCritic`): constructed with
 `(state_dim, action_dim, discrete, gammas, num_critics)`; `forward(state (B, L, D), actions (K, B, L, G, A) or
-None, detach_params=False)`; `takes_actions` / `distributional` class attributes tell the agents which
+None, detach_params=False)`; the `takes_actions` and `distributional` attributes tell the agents which
 protocol it follows (see the two classes below).
 """
 
@@ -66,17 +66,20 @@ def gamma_features(gammas: torch.Tensor) -> torch.Tensor:
 
 
 class _CriticEnsemble(nn.Module):
-    """Shared machinery: split first layer (state | gamma | action), hidden EnsembleLinears, output layer."""
+    """Shared machinery: split first layer (state | gamma | action), hidden EnsembleLinears, output layer of
+    `d_out` per critic. The critics pass their own keyword arguments on (`**ensemble`) to this constructor."""
 
-    takes_actions = True
     distributional = False
 
-    def _build(self, state_dim: int, action_dim: int, gammas: torch.Tensor, num_critics: int, d_out: int,
-               d_hidden: int, n_layers: int, dropout_p: float, activation: str) -> None:
+    def __init__(self, state_dim: int, action_dim: int, discrete: bool, gammas: torch.Tensor, num_critics: int = 4,
+                 d_hidden: int = 256, n_layers: int = 2, dropout_p: float = 0.0, activation: str = "leaky_relu", *,
+                 d_out: int, takes_actions: bool):
+        super().__init__()
         if n_layers < 1:
             raise ValueError(f"critic n_layers must be >= 1, got {n_layers}")
         if num_critics < 1:
             raise ValueError(f"num_critics must be >= 1, got {num_critics}")
+        self.discrete, self.takes_actions = discrete, takes_actions
         self.num_critics, self.action_dim = num_critics, action_dim
         self.num_gammas = len(gammas)
         self.register_buffer("gamma_feats", gamma_features(torch.as_tensor(gammas).float()), persistent=False)
@@ -125,25 +128,12 @@ class _CriticEnsemble(nn.Module):
 
 
 class NCritics(_CriticEnsemble):
-    """An ensemble of `num_critics` scalar Q-functions, each with an output per discount factor."""
+    """An ensemble of `num_critics` scalar Q-functions, each with an output per discount factor.
+    `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation (`_CriticEnsemble`)."""
 
-    def __init__(
-        self,
-        state_dim: int,
-        action_dim: int,
-        discrete: bool,
-        gammas: torch.Tensor,
-        num_critics: int = 4,
-        d_hidden: int = 256,
-        n_layers: int = 2,
-        dropout_p: float = 0.0,
-        activation: str = "leaky_relu",
-    ):
-        super().__init__()
-        self.discrete = discrete
-        self.takes_actions = not discrete
-        d_out = len(gammas) * action_dim if discrete else 1
-        self._build(state_dim, action_dim, gammas, num_critics, d_out, d_hidden, n_layers, dropout_p, activation)
+    def __init__(self, state_dim: int, action_dim: int, discrete: bool, gammas: torch.Tensor, **ensemble):
+        super().__init__(state_dim, action_dim, discrete, gammas, **ensemble,
+                         d_out=len(gammas) * action_dim if discrete else 1, takes_actions=not discrete)
 
     def forward(self, state: torch.Tensor, actions: torch.Tensor | None = None,
                 detach_params: bool = False) -> torch.Tensor:
@@ -204,9 +194,9 @@ class NCriticsTwoHot(_CriticEnsemble):
 
     Inputs are [state, gamma feature, action], except for discrete actions with `discrete_layout="per_action"`:
     then the input is the state and the output holds `output_bins` logits for every (gamma, action). Bin centres
-    are `linspace(f(min_return), f(max_return), bins)`
-    with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
-    `reward_multiplier`). `init_value` starts every critic's prediction near that value.
+    are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
+    `reward_multiplier`). `init_value` starts every critic's prediction near that value. `ensemble`:
+    num_critics, d_hidden, n_layers, dropout_p, activation (`_CriticEnsemble`).
     """
 
     distributional = True
@@ -217,11 +207,6 @@ class NCriticsTwoHot(_CriticEnsemble):
         action_dim: int,
         discrete: bool,
         gammas: torch.Tensor,
-        num_critics: int = 4,
-        d_hidden: int = 256,
-        n_layers: int = 2,
-        dropout_p: float = 0.0,
-        activation: str = "leaky_relu",
         min_return: float | None = None,
         max_return: float | None = None,
         output_bins: int = 128,
@@ -230,8 +215,8 @@ class NCriticsTwoHot(_CriticEnsemble):
         sigma: float = 0.75,
         init_value: float | None = None,
         discrete_layout: str = "per_action",
+        **ensemble,
     ):
-        super().__init__()
         if discrete_layout not in ("per_action", "action_input"):
             raise ValueError(f"discrete_layout must be 'per_action' or 'action_input', got {discrete_layout!r}")
         if min_return is None:
@@ -250,10 +235,12 @@ class NCriticsTwoHot(_CriticEnsemble):
             raise ValueError(f"label_type must be 'twohot' or 'hlgauss', got {label_type!r}")
         if sigma <= 0:
             raise ValueError(f"sigma must be > 0, got {sigma}")
-        self.discrete = discrete
-        self.discrete_layout = discrete_layout
         # per-action outputs: Q(s, .) for every action from the state alone (discrete action spaces only)
-        self.takes_actions = not (discrete and discrete_layout == "per_action")
+        per_action = discrete and discrete_layout == "per_action"
+        super().__init__(state_dim, action_dim, discrete, gammas, **ensemble,
+                         d_out=len(gammas) * action_dim * output_bins if per_action else output_bins,
+                         takes_actions=not per_action)
+        self.discrete_layout = discrete_layout
         self.min_return, self.max_return = float(min_return), float(max_return)
         self.output_bins, self.use_symlog = output_bins, use_symlog
         self.label_type, self.sigma = label_type, sigma
@@ -263,8 +250,6 @@ class NCriticsTwoHot(_CriticEnsemble):
         # the return each bin stands for (bins are evenly spaced in the transformed space, not in returns)
         self.register_buffer("bin_values", symexp(self.bin_centers) if use_symlog else self.bin_centers.clone(),
                              persistent=False)
-        d_out = output_bins if self.takes_actions else len(gammas) * action_dim * output_bins
-        self._build(state_dim, action_dim, gammas, num_critics, d_out, d_hidden, n_layers, dropout_p, activation)
         if init_value is not None:
             self.set_init_value(init_value)
 

@@ -14,8 +14,8 @@ import torch
 from omegaconf import DictConfig
 
 from amago_app.envs.wrapper import AMAGOEnv
-from amago_app.trainer.build import env_factory
-from amago_app.trainer.rollout import Rollout
+from amago_app.interaction.build import env_factory
+from amago_app.interaction.rollout import Rollout
 
 
 def make_render_env(cfg: DictConfig):

@@ -1,6 +1,8 @@
-"""Where training sequences come from: the on-disk replay buffer, mixtures, and the empty dataset.
+"""Where training sequences come from: the buffer (`buffer.*` in the config). `DiskBuffer` is the on-disk replay
+buffer, `NoBuffer` the empty one; `data/mixture.py:MixtureBuffer` draws from several datasets (offline data, the
+run's own disk buffer) by weight.
 
-Every dataset hands out *whole* trajectories (`sample_random_trajectory`); the loader cuts the training window.
+Every buffer hands out *whole* trajectories (`sample_random_trajectory`); the loader cuts the training window.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 STALE_TMP_SECONDS = 600
 
 
-class RLDataset(ABC):
+class Buffer(ABC):
     """Interface between the experiment and any source of training trajectories."""
 
     #: directory new rollouts are written to (None: actors save nothing)
@@ -47,27 +49,27 @@ class RLDataset(ABC):
         return True
 
     def on_end_of_collection(self, epoch: int, is_main_process: bool = True) -> dict[str, float]:
-        """Housekeeping after each collection phase (e.g. FIFO trimming); returns metrics for `dataset/`."""
+        """Housekeeping after each collection phase (e.g. FIFO trimming); returns metrics for `buffer/`."""
         return {}
 
     def refresh(self) -> None:
         """Re-read whatever changed on disk (every process, after the housekeeping of all processes)."""
 
     def stats(self) -> dict[str, float]:
-        """Metrics logged under `dataset/` after each refresh."""
+        """Metrics logged under `buffer/` after each refresh."""
         return {}
 
     def get_description(self) -> str:
         return type(self).__name__
 
     def delete(self) -> None:
-        """Remove the data this dataset owns."""
+        """Remove the data this buffer owns."""
 
     def close(self) -> None:
-        """Release what the dataset holds (locks, files); called when training ends."""
+        """Release what the buffer holds (locks, files); called when training ends."""
 
     def state_dict(self) -> dict:
-        """What a checkpoint keeps of the dataset's own progress (files on disk are not part of it)."""
+        """What a checkpoint keeps of the buffer's own progress (files on disk are not part of it)."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
@@ -75,11 +77,11 @@ class RLDataset(ABC):
 
     def remove_unsaved(self, writer_id: str, files_written: int) -> int:
         """Resume: forget what writer `writer_id` stored after its checkpoint (its files numbered `files_written`
-        and later); returns how many were removed. Datasets that store nothing have nothing to remove."""
+        and later); returns how many were removed. Buffers that store nothing have nothing to remove."""
         return 0
 
 
-class DoNothingDataset(RLDataset):
+class NoBuffer(Buffer):
     """Never ready and saves nothing: evaluation-only experiments."""
 
     @property
@@ -87,10 +89,10 @@ class DoNothingDataset(RLDataset):
         return False
 
     def sample_random_trajectory(self, rng):
-        raise RuntimeError("DoNothingDataset has no data to sample")
+        raise RuntimeError("NoBuffer has no data to sample")
 
 
-class DiskBuffer(RLDataset):
+class DiskBuffer(Buffer):
     """The replay buffer: `{root}/{name}/buffer/fifo` (actors write, oldest trimmed) and `.../protected`.
 
     Capacity is counted in files. Sampling is uniform over files. Decoded files are kept in an LRU cache of

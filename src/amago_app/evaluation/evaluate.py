@@ -32,10 +32,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from amago_app.config import config_dir, setup
 from amago_app.config.overrides import GROUPS, apply_overrides, trusted_run_config
 from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.interaction.build import build_agent, build_envs, env_seed
+from amago_app.interaction.rollout import Rollout, RolloutStats
 from amago_app.logging.curves import load_run, t95
 from amago_app.rundir import CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, locate, read_checkpoint
-from amago_app.trainer.build import build_agent, build_envs, env_seed
-from amago_app.trainer.rollout import Rollout, RolloutStats
 
 VIDEO_FORMATS = ("mp4", "gif", "both")
 
@@ -270,7 +270,7 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
         summary["warning"] = (f"only {stats.episodes} of {opts.episodes} episodes finished within max_steps={max_steps} "
                               "steps per actor; raise max_steps")
     if opts.video.episodes:
-        from amago_app.trainer.video import record_videos
+        from amago_app.evaluation.video import record_videos
 
         v = opts.video
         folder = Path(v.dir) if v.dir else run_dir / EVAL_DIR / f"videos_{time.strftime('%Y-%m-%d_%H-%M-%S')}"

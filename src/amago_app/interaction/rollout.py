@@ -19,8 +19,8 @@ import torch
 from amago_app.agents.base import BaseAgent
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.data.timestep import Timestep
-from amago_app.trainer.exploration import Exploration
 from amago_app.envs.wrapper import AMAGOEnv
+from amago_app.interaction.exploration import Exploration
 
 
 class RolloutStats:

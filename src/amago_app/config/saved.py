@@ -1,0 +1,65 @@
+"""A config saved by an earlier version of amago_app, brought up to date before it is used (resume, `amago-eval`).
+
+Run directories outlive the code that wrote them. A key added to a schema since then is missing from their
+configs: it gets the schema's default (`add_missing_keys`), so the code reads every key as `cfg.section.key` and
+no default is restated where it is read. When a class moves to another module, its old `_target_` path stays in
+the configs of earlier runs; `MOVED_MODULES` maps those paths to the new ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+
+from amago_app.config.schema import BufferConfig, Config, EnvConfig, LoggerConfig, MixtureBufferConfig, TrainerConfig
+
+#: the config's sections that have one schema each (the root's own keys: ""); the other groups configure
+#: components, whose missing keys take their constructors' defaults
+SECTIONS = {"": Config, "env": EnvConfig, "buffer": BufferConfig, "trainer": TrainerConfig, "logger": LoggerConfig}
+
+#: old module path -> where its classes live now
+MOVED_MODULES = {
+    "amago_app.trainer.exploration": "amago_app.interaction.exploration",
+    "amago_app.data.dataset": "amago_app.data.buffer",
+}
+
+
+def _moved(target: str) -> str:
+    module, _, name = target.rpartition(".")
+    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
+
+
+def _walk(node) -> None:
+    if OmegaConf.is_dict(node):
+        for key in list(node.keys()):
+            child = node._get_node(key)
+            if key == "_target_" and isinstance(child._value(), str):
+                node[key] = _moved(child._value())
+            else:
+                _walk(child)
+    elif OmegaConf.is_list(node):
+        for item in node._iter_ex(resolve=False):
+            _walk(item)
+
+
+def add_missing_keys(cfg: DictConfig) -> None:
+    """Give every key of the sections' schemas that `cfg` lacks its schema default."""
+    for section, schema in SECTIONS.items():
+        node = cfg[section] if section else cfg
+        if schema is BufferConfig and node.get("kind") == "mixture":
+            schema = MixtureBufferConfig
+        for f in dataclasses.fields(schema):
+            if f.name in node:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            if default != MISSING:  # required keys (and the root's sections) are in every composed config
+                with open_dict(node):
+                    node[f.name] = default
+
+
+def upgrade(cfg: DictConfig) -> DictConfig:
+    """`cfg` (a saved run's config, changed in place) with today's `_target_` paths and every schema key."""
+    _walk(cfg)
+    add_missing_keys(cfg)
+    return cfg

@@ -1,0 +1,1 @@
+"""Evaluation of saved policies (`amago-eval`, `amago_app.evaluate`): exactly N episodes, statistics, videos."""
