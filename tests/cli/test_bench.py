@@ -88,3 +88,66 @@ def test_cpu_seconds_to_threshold_follow_the_gradient_steps_not_the_wall_clock()
     assert _cpu_to(reached, last, 300.0) == 120.0
     assert _cpu_to(None, last, 300.0) is None and _cpu_to(reached, last, None) is None
     assert _cpu_to({"wall_time": 50.0}, {"wall_time": 100.0}, 300.0) == 150.0  # no step counts: wall share
+
+
+def _fake_run(run_dir, curves: dict[str, list[float]], sample_val: bool, original: bool, cpu: float = 50.0):
+    """A finished run directory as amago-train (config.yaml) or scripts/compare_original.py (original.json)
+    leave it: one validation every 100 updates / 800 env steps, per section."""
+    run_dir.mkdir(parents=True)
+    if original:
+        (run_dir / "original.json").write_text(json.dumps({"settings": {"trainer.sample_actions_val": sample_val}}))
+    else:
+        (run_dir / "config.yaml").write_text(f"seed: 0\ntrainer:\n  sample_actions_val: {str(sample_val).lower()}\n")
+    (run_dir / "metrics").mkdir()
+    for section, scores in curves.items():
+        lines = [json.dumps({"epoch": i, "total_frames": 800 * i, "gradient_steps": 100 * i, "wall_time": 10.0 * i,
+                             f"{section}/Average Success in TMazePassive-H50": y}) for i, y in enumerate(scores)]
+        (run_dir / "metrics" / f"{section}.jsonl").write_text("\n".join(lines) + "\n")
+    (run_dir / "bench_done.json").write_text(json.dumps({"returncode": 0, "cpu_seconds": cpu}))
+
+
+def test_the_originals_runs_are_reported_next_to_amago_apps(tmp_path, capsys):
+    """Runs of the original AMAGO (variants original / original-memoryfree, written by scripts/compare_original.py)
+    join the row: found by their seed directories, one comparison table per row (per variant, mode and seed:
+    updates and env steps to the threshold, best, final), drawn in their own colours on the row's plot."""
+    from amago_app.cli.bench import task_figure, task_result
+
+    runs = tmp_path / "runs" / "tmaze_h50"
+    _fake_run(runs / "memory" / "seed0", {"val": [0, 0.5, 1.0], "val-sampled": [0, 0.4, 0.96]}, False, False)
+    _fake_run(runs / "memory" / "seed1", {"val": [0, 1.0, 1.0], "val-sampled": [0, 0.5, 0.5]}, False, False, 40.0)
+    _fake_run(runs / "original" / "seed0", {"val": [0, 0.2, 0.97], "val-sampled": [0, 0.1, 0.6]}, False, True, 90.0)
+    _fake_run(runs / "original" / "seed3", {"val": [0, 0.5, 0.5], "val-sampled": [0, 0.5, 0.5]}, False, True, 80.0)
+    _fake_run(runs / "original-memoryfree" / "seed0", {"val": [0, 0.5, 0.5]}, False, True)
+    assert main(["--tasks", "tmaze_h50", "--seeds", "0,1", "--baseline-seeds", "none", "--report-only",
+                 "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "tmaze_h50.json").read_text())
+    assert list(result["variants"]["original"]["seeds"]) == ["0", "3"]  # found, not asked for
+    assert result["variants"]["original"]["val_mode"] == "greedy"
+    table = (tmp_path / "results.md").read_text()
+    assert "### tmaze_h50: amago_app vs the original AMAGO (same settings and budget)" in table
+    assert "| amago_app | greedy (val) | 0, 1 | 2/2 | 200 / 100 | 1,600 / 800 | 1 / 1 | 1 / 1 | 50 / 40 |" in table
+    assert "| amago_app | sampled | 0, 1 | 1/2 | 200 / - | 1,600 / - | 0.96 / 0.5 | 0.96 / 0.5 | 50 / 40 |" in table
+    assert "| original AMAGO | greedy (val) | 0, 3 | 1/2 | 200 / - | 1,600 / - | 0.97 / 0.5 | 0.97 / 0.5 | 90 / 80 |" in table
+    assert "| original AMAGO | sampled | 0, 3 | 0/2 | - / - | - / - | 0.6 / 0.5 | 0.6 / 0.5 | 90 / 80 |" in table
+    # a run with one validation mode only: that mode is named by its config
+    assert "| original AMAGO, memory-free (traj_encoder=ff) | greedy (val) | 0 | 0/1 | - | - | 0.5 | 0.5 | 50 |" in table
+    assert "amago_app vs the original" in capsys.readouterr().out
+    assert (tmp_path / "tmaze_h50.png").stat().st_size > 1000
+    # one plot: each variant its own colour, every seed of the original drawn
+    fig = task_figure(task_result("tmaze_h50", tmp_path, [0, 1], baseline_seeds=[]))
+    lines = {line.get_gid(): line for line in fig.axes[0].get_lines() if line.get_gid()}
+    mine, theirs = lines["amago_app (greedy validation)|score"], lines["original AMAGO (greedy validation)|score"]
+    assert mine.get_color() != theirs.get_color()
+    assert {"original AMAGO (greedy validation)|score seed 0", "original AMAGO (greedy validation)|score seed 3"} <= set(lines)
+    assert lines["original AMAGO, memory-free (traj_encoder=ff) (greedy validation)|score"].get_color() not in (
+        mine.get_color(), theirs.get_color())
+
+
+def test_rows_without_the_originals_runs_keep_their_report(tmp_path):
+    from amago_app.cli.bench import task_figure, task_result
+
+    _fake_run(tmp_path / "runs" / "tmaze_h50" / "memory" / "seed0", {"val": [0, 1.0]}, False, False)
+    assert main(["--tasks", "tmaze_h50", "--seeds", "0", "--report-only", "--out", str(tmp_path)]) == 0
+    assert "original" not in (tmp_path / "results.md").read_text()
+    fig = task_figure(task_result("tmaze_h50", tmp_path, [0]))
+    assert "preset|score" in {line.get_gid() for line in fig.axes[0].get_lines()}

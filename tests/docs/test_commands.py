@@ -23,7 +23,8 @@ is checked by the rule for its tool; a command no rule covers fails the test (ad
                          takes hours: its own tests run a tiny one).
   python scripts/X.py    the shown flags, then `--help` (argparse checks the flags, the script imports); its
                          `key=value` overrides compose-only; the @slow test below runs it with `--smoke` (toy
-                         sizes: a real measurement takes minutes to hours).
+                         sizes: a real measurement takes minutes to hours), except compare_original.py, which
+                         runs under the original AMAGO's Python (its own tests run it when given a checkout).
   python - <<'PY' ...    the inline program is compiled (syntax), not run (it would download / record data).
   bash scripts/X.sh      `bash -n` (syntax); they create virtual environments / run this suite, which CI does.
   pip, source, tensorboard, RUN=$(...), EXTRAS=... bash scripts/setup.sh
@@ -356,7 +357,10 @@ def test_extraction(tmp_path):
     assert texts == ["amago-train env=gym", "amago-train a=1 b=2", "bash scripts/setup.sh", ".venv/bin/amago-train"]
 
 
-SCRIPTS = sorted({c.text for c in ALL if c.text.startswith("python scripts/")})
+#: scripts that drive another project (run with that project's Python): --help above checks their flags, their own
+#: tests run them (tests/cli/test_compare_original.py, given a checkout of the original AMAGO)
+OTHER_ENVIRONMENT = ("python scripts/compare_original.py",)
+SCRIPTS = sorted({c.text for c in ALL if c.text.startswith("python scripts/") and not c.text.startswith(OTHER_ENVIRONMENT)})
 
 
 @pytest.mark.slow

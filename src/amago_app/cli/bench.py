@@ -11,6 +11,10 @@ the same preset with the memory-free `traj_encoder=ff`), then reads the runs' lo
     <out>/results.json   all rows
     <out>/runs/<row>/<variant>/seed<k>/   the run directories (config, metrics, checkpoints)
 
+Runs of the original AMAGO made by `scripts/compare_original.py` (variants `original`, `original-memoryfree`,
+same metrics files) are read too: the plot draws them in their own colours and results.md gets one table per
+such row comparing amago_app and the original, seed by seed, in both validation action modes.
+
 Runs that finished before (a `bench_done.json` in their directory) are not run again, so a matrix can be
 filled in over several invocations into the same `--out`.
 """
@@ -173,9 +177,35 @@ def _val_records(run_dir: Path, section: str = "val") -> list[dict]:
     return RunData(run_dir, {}, []).records(section)  # metrics/<section>.jsonl, lines cut short by a crash skipped
 
 
+def _configured_val_mode(run_dir: Path) -> str | None:
+    """The action mode of a run's `val` section: trainer.sample_actions_val of its config (amago-train's
+    config.yaml, or the settings compare_original.py recorded in original.json); None when unknown."""
+    import yaml  # plain data: nothing in a run directory can run code
+
+    sample = None
+    if (run_dir / "original.json").is_file():
+        sample = json.loads((run_dir / "original.json").read_text()).get("settings", {}).get(
+            "trainer.sample_actions_val")
+    else:
+        for name in ("config.resolved.yaml", "config.yaml"):
+            if (run_dir / name).is_file():
+                sample = ((yaml.safe_load((run_dir / name).read_text()) or {}).get("trainer") or {}).get(
+                    "sample_actions_val")
+                break
+    return None if sample is None else ("sampled" if sample else "greedy")
+
+
+def _mode_summary(series: list[dict], task: Task) -> dict:
+    reached = next((p for p in series if p["score"] >= task.threshold), None)
+    return {"best": max(p["score"] for p in series), "final": series[-1]["score"],
+            "scores": [p["score"] for p in series],
+            "updates_to_threshold": reached["gradient_steps"] if reached else None,
+            "env_steps_to_threshold": reached["total_frames"] if reached else None}
+
+
 def _modes(run_dir: Path, task: Task, series: list[dict]) -> dict[str, dict]:
-    """Best and final score per action mode ("greedy", "sampled"): `val` is the run's configured mode, the
-    other comes from `val-sampled` / `val-greedy` (trainer.val_both_modes)."""
+    """Best, final and the first point at the threshold per action mode ("greedy", "sampled"): `val` is the
+    run's configured mode, the other comes from `val-sampled` / `val-greedy` (trainer.val_both_modes)."""
     modes = {}
     for other in ("sampled", "greedy"):
         other_series = score_series(_val_records(run_dir, f"val-{other}"), task, f"val-{other}")
@@ -183,8 +213,11 @@ def _modes(run_dir: Path, task: Task, series: list[dict]) -> dict[str, dict]:
             main = "greedy" if other == "sampled" else "sampled"
             for mode, ser in ((main, series), (other, other_series)):
                 if ser:
-                    modes[mode] = {"best": max(p["score"] for p in ser), "final": ser[-1]["score"],
-                                   "scores": [p["score"] for p in ser]}
+                    modes[mode] = _mode_summary(ser, task)
+    if not modes and series:  # one mode only: named by the run's config where it says
+        mode = _configured_val_mode(run_dir)
+        if mode:
+            modes[mode] = _mode_summary(series, task)
     return modes
 
 
@@ -242,11 +275,27 @@ def _median(xs):
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
+#: run variants of a row: amago_app's (run by amago-bench) and the original AMAGO's (scripts/compare_original.py)
+VARIANT_LABELS = {"memory": "amago_app", "ff": "amago_app, memory-free (traj_encoder=ff)",
+                  "original": "original AMAGO", "original-memoryfree": "original AMAGO, memory-free (traj_encoder=ff)"}
+ORIGINAL_VARIANTS = ("original", "original-memoryfree")
+
+
+def _seed_dirs(variant_dir: Path) -> list[int]:
+    """The seeds that have a run directory (the original's runs are found, not asked for)."""
+    found = (p.name[4:] for p in variant_dir.glob("seed*") if p.is_dir())
+    return sorted(int(s) for s in found if s.isdigit())
+
+
 def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int] | None = None) -> dict:
     task = TASKS[name]
     variants = {}
-    for variant in ("memory", "ff") if task.baseline else ("memory",):
-        variant_seeds = seeds if variant == "memory" or baseline_seeds is None else baseline_seeds
+    originals = [v for v in ORIGINAL_VARIANTS if _seed_dirs(out / "runs" / name / v)]
+    for variant in [*(("memory", "ff") if task.baseline else ("memory",)), *originals]:
+        if variant in ORIGINAL_VARIANTS:
+            variant_seeds = _seed_dirs(out / "runs" / name / variant)
+        else:
+            variant_seeds = seeds if variant == "memory" or baseline_seeds is None else baseline_seeds
         per_seed = {s: seed_result(out / "runs" / name / variant / f"seed{s}", task) for s in variant_seeds}
         finished = [r for r in per_seed.values() if r["validations"] and r["finished"]]
         unfinished = [r for r in per_seed.values() if r["validations"] and not r["finished"]]
@@ -272,6 +321,7 @@ def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int
             "modes": {mode: {"mean_best": _mean([r["modes"][mode]["best"] for r in ran if mode in r["modes"]]),
                              "mean_final": _mean([r["modes"][mode]["final"] for r in ran if mode in r["modes"]])}
                       for mode in ("greedy", "sampled") if any(mode in r["modes"] for r in ran)},
+            "val_mode": next((m for r in ran if (m := _configured_val_mode(Path(r["run_dir"])))), None),
         }
     return {"task": name, **asdict(task), "variants": variants}
 
@@ -320,9 +370,51 @@ def markdown_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_task(result: dict, out_png: Path) -> Path | None:
-    """Seeds as thin lines, their mean bold, the threshold dashed; the memory-free baseline in its own color."""
-    from amago_app.logging.curves import MetricSpec, RunData, plot_metric, save_figure
+def _per_seed(values: list) -> str:
+    return " / ".join(_fmt(v) for v in values)
+
+
+def comparison_table(result: dict) -> str:
+    """One row's runs of amago_app and of the original AMAGO side by side: per variant and validation action
+    mode, the seeds that reached the threshold, then per seed (in the order of the seeds column) updates and
+    env steps at the first validation at or above it, the best and the final value, and the run's CPU seconds.
+    Empty when the row has no run of the original."""
+    variants = result["variants"]
+    if not any(v in variants for v in ORIGINAL_VARIANTS):
+        return ""
+    lines = [f"### {result['task']}: amago_app vs the original AMAGO (same settings and budget)", "",
+             f"Threshold {_fmt(result['threshold'])} on `{result['metric']}`. Every run validated in both action "
+             "modes on the same schedule; `val` mode is the one the run was configured with (the presets: greedy; "
+             "the original's own default: sampled). Per-seed columns follow the seeds column; - = not reached.", "",
+             "| variant | validation | seeds | reached | updates to threshold | env steps to threshold | best | final "
+             "| CPU s per run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for variant, v in variants.items():
+        ran = {s: r for s, r in v["seeds"].items() if r["validations"]}
+        if not ran:
+            continue
+        for mode in ("greedy", "sampled"):
+            per = {s: r["modes"][mode] for s, r in ran.items() if mode in r["modes"]}
+            if not per:
+                continue
+            reached = sum(m["updates_to_threshold"] is not None or m["env_steps_to_threshold"] is not None
+                          for m in per.values())
+            label = mode + (" (val)" if v.get("val_mode") == mode else "")
+            unfinished = sum(not ran[s]["finished"] for s in per)
+            seeds = ", ".join(per) + (f" ({unfinished} unfinished)" if unfinished else "")
+            lines.append(
+                f"| {VARIANT_LABELS.get(variant, variant)} | {label} | {seeds} | {reached}/{len(per)} | "
+                f"{_per_seed([m['updates_to_threshold'] for m in per.values()])} | "
+                f"{_per_seed([m['env_steps_to_threshold'] for m in per.values()])} | "
+                f"{_per_seed([m['best'] for m in per.values()])} | {_per_seed([m['final'] for m in per.values()])} | "
+                f"{_per_seed([ran[s]['cpu_seconds'] for s in per])} |")
+    return "\n".join(lines) + "\n"
+
+
+def task_figure(result: dict):
+    """Seeds as thin lines, their mean bold, the threshold dashed; each variant (the memory-free baseline, the
+    original AMAGO's runs) in its own colour. A matplotlib Figure, or None when nothing has been validated."""
+    from amago_app.logging.curves import MetricSpec, RunData, plot_metric
 
     groups: dict[str, list[RunData]] = {}
     for variant, v in result["variants"].items():
@@ -335,12 +427,24 @@ def plot_task(result: dict, out_png: Path) -> Path | None:
                                                                    for p in s["curve"]]})
             runs.append(run)
         if runs:
-            groups["memory-free (traj_encoder=ff)" if variant == "ff" else "preset"] = runs
+            groups[variant] = runs
+    if any(v in groups for v in ORIGINAL_VARIANTS):  # amago_app and the original side by side, modes named
+        mode = lambda v: f" ({result['variants'][v]['val_mode']} validation)" if result["variants"][v].get(
+            "val_mode") else ""
+        groups = {VARIANT_LABELS[v] + mode(v): runs for v, runs in groups.items()}
+    else:
+        groups = {("memory-free (traj_encoder=ff)" if v == "ff" else "preset"): runs for v, runs in groups.items()}
     if not groups:
         return None
     label = result["metric"] + (f" - {result['first_attempt_metric']}" if result["first_attempt_metric"] else "")
     spec = MetricSpec(title=f"{result['task']}: {result['what']}", series=[("val", "score", "")], ylabel=label)
-    fig = plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
+    return plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
+
+
+def plot_task(result: dict, out_png: Path) -> Path | None:
+    from amago_app.logging.curves import save_figure
+
+    fig = task_figure(result)
     if fig is None:
         return None
     path = save_figure(fig, out_png.with_suffix(""), ("png",))[0]
@@ -358,7 +462,8 @@ def write_results(names: list[str], out: Path, seeds: list[int], baseline_seeds:
         plot_task(r, out / f"{name}.png")
         results.append(r)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "results.md").write_text(markdown_table(results))
+    comparisons = [c for c in (comparison_table(r) for r in results) if c]
+    (out / "results.md").write_text("\n".join([markdown_table(results), *comparisons]))
     return results
 
 
