@@ -1,11 +1,15 @@
 """Re-run the kill / bad-input matrix of a tiny run and print it as a Markdown table (case -> outcome).
 
-    python scripts/fault_matrix.py                 # ~8 min on 2 CPUs; work files in a temporary directory
+    python scripts/fault_matrix.py                 # ~12 min on 2 CPUs; work files in a temporary directory
     python scripts/fault_matrix.py --smoke         # the first case only (checks that the script works)
+    python scripts/fault_matrix.py --hostile-only  # the hostile directories, files, envs and disks only (~4 min)
 
-Every case is a real command: `amago-train` / `amago-eval` / `torchrun` subprocesses, kill -9 (self-inflicted at
-a named point of the loop with AMAGO_CRASH_AT, or from outside), SIGINT / SIGTERM from outside, crafted payload
-files that would create a marker file, two runs sharing one small buffer, bad command lines.
+Every case is a real command: `amago-train` / `amago-eval` / `amago-plot` / `torchrun` subprocesses, kill -9
+(self-inflicted at a named point of the loop with AMAGO_CRASH_AT, or from outside), SIGINT / SIGTERM from outside,
+crafted payload files that would create a marker file, two runs sharing one small buffer, bad command lines,
+directories and files of a run damaged or crafted by a hostile user, envs that hang or return garbage, a full
+disk and a run directory made read-only (tests/trainer/disk_scenarios.py: a real tmpfs and a read-only bind
+mount in a private mount namespace where `unshare -rm` works, else a simulated full disk and chmod).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def env(**extra):
 
 
 def run(tool, *args, cwd, crash_at=None, wait=True, extra_env=None):
-    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval", "torchrun": None}[tool]
+    module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval", "plot": "amago_app.cli.plot",
+              "torchrun": None}[tool]
     e = env(**({"AMAGO_CRASH_AT": crash_at} if crash_at else {}), **(extra_env or {}))
     if any(a.startswith("resume=") for a in args):  # a saved run already holds the preset's values
         args = [a for a in args if not a.startswith("+experiment=")]
@@ -84,6 +89,8 @@ def wait_for(path: Path, proc, timeout: float = 300) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="run the first case only (checks that the script works)")
+    ap.add_argument("--hostile-only", action="store_true",
+                    help="only the hostile directories, files, envs and disks")
     opts = ap.parse_args()
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
     from amago_app.rundir import Checkpoints
@@ -98,6 +105,9 @@ def main() -> None:
     rows = Rows()
     work = Path(tempfile.mkdtemp(prefix="amago-faults-"))
     try:
+        if opts.hostile_only:
+            hostile(rows, work)
+            return
         # --- kills ---------------------------------------------------------------------------------------
         for point in ("collect:2", "update:4", "before-publish:2", "after-publish:2"):
             d = work / f"kill-{point.replace(':', '-')}"
@@ -277,8 +287,220 @@ def main() -> None:
             rows.append((f"`amago-eval <run> {' '.join(eval_args)}`", f"rc {r.returncode}: {last_line(r)}"))
         r = run("eval", str(work / "missing"), cwd=work)
         rows.append(("`amago-eval <missing dir>`", f"rc {r.returncode}: {last_line(r)}"))
+        hostile(rows, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def files_of(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file below `directory` (hidden ones included) with size and modification time."""
+    return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in directory.rglob("*") if p.is_file()}
+
+
+def stamps(seconds: int) -> list[str]:
+    now = time.time()
+    return [time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now + s)) for s in range(seconds)]
+
+
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 7))  # 9^7 entries once expanded
+
+
+def hostile(rows, work: Path) -> None:
+    """Hostile directories, files, envs and disks (issue 19): a new run never takes over a directory, names of
+    the same second are not shared, damaged files are rebuilt or skipped, hangs end, every error is one line."""
+    import json
+
+    import numpy as np
+
+    from amago_app.logging.metrics import read_jsonl
+    from amago_app.rundir import Checkpoints
+
+    base = work / "h-base"
+    r = run("train", *TINY, "trainer.epochs=2", f"hydra.run.dir={base}", cwd=work)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    def copy(name):
+        dst = work / name
+        shutil.copytree(base, dst, ignore=shutil.ignore_patterns(".lock"))
+        return dst
+
+    # --- directories ------------------------------------------------------------------------------------
+    d = copy("h-taken")
+    before = files_of(d)
+    r = run("train", *TINY, "trainer.epochs=1", "seed=5", f"hydra.run.dir={d}", cwd=work)
+    rows.append(("a new run (`seed=5`) into a directory that holds a run",
+                 f"rc {r.returncode}, files changed {len(set(files_of(d).items()) ^ set(before.items()))}: "
+                 f"{last_line(r)}"))
+    d = work / "h-foreign"
+    (d / "metrics").mkdir(parents=True)
+    (d / "config.yaml").write_text("mine: 1\n")
+    before = files_of(d)
+    r = run("train", *TINY, "trainer.epochs=1", f"hydra.run.dir={d}", cwd=work)
+    rows.append(("a new run into a foreign directory with its own `config.yaml` and `metrics/`",
+                 f"rc {r.returncode}, files changed {len(set(files_of(d).items()) ^ set(before.items()))}: "
+                 f"{last_line(r)}"))
+    d = work / "h-busy"
+    first = run("train", *TINY, "trainer.epochs=100000", f"hydra.run.dir={d}", cwd=work, wait=False)
+    wait_for(d / "ckpts" / "training_states" / "epoch_0", first)
+    hydra_files = files_of(d / ".hydra")
+    for what, args in (("a new run", ["trainer.epochs=1", f"hydra.run.dir={d}", *TINY]), ("`resume=`", [f"resume={d}"])):
+        r = run("train", *args, cwd=work)
+        rows.append((f"{what} into a directory another run is writing",
+                     f"rc {r.returncode}, .hydra/ unchanged: {files_of(d / '.hydra') == hydra_files}: {last_line(r)}"))
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    taken = [work / "runs" / "tmaze-H3" / s for s in stamps(90)]
+    for t in taken:
+        t.mkdir(parents=True)
+        (t / "config.yaml").write_text("other: run\n")
+    before = set((work / "runs" / "tmaze-H3").iterdir())
+    r = run("train", *TINY, "trainer.epochs=1", cwd=work)
+    written = [t.name for t in taken if sorted(p.name for p in t.iterdir()) != ["config.yaml"]]
+    new = sorted(p.name for p in (work / "runs" / "tmaze-H3").iterdir() if p not in before)
+    rows.append(("a run started in a second whose default directory another run holds (the next 90 s taken)",
+                 f"rc {r.returncode}, taken directories written into: {len(written)}, its directory: {new}"))
+    d = copy("h-evals")
+    (d / "eval").mkdir()
+    taken = [d / "eval" / f"eval_{s}.json" for s in stamps(60)]
+    marker = '{"other": 1}'
+    for t in taken:
+        t.write_text(marker)
+    r = run("eval", str(d), "episodes=2", cwd=work)
+    new = sorted(p.name for p in (d / "eval").iterdir() if p not in taken)
+    overwritten = sum(t.read_text() != marker for t in taken)
+    rows.append(("`amago-eval` in a second whose `eval_<time>.json` another evaluation wrote (the next 60 s taken)",
+                 f"rc {r.returncode}, overwritten: {overwritten}, its file: {new}"))
+    d = copy("h-evals2")
+    procs = [run("eval", str(d), "episodes=4", cwd=work, wait=False) for _ in range(2)]
+    codes = [p.wait(timeout=300) for p in procs]
+    rows.append(("two `amago-eval <run> episodes=4` at once",
+                 f"rc {codes}, summaries written: {len(list((d / 'eval').glob('eval_*.json')))}"))
+    r = run("train", *TINY, "trainer.epochs=1", f"run_name={'x' * 300}", cwd=work)
+    rows.append(("`run_name` of 300 characters", f"rc {r.returncode}: {last_line(r)}"))
+    (work / "h-file").write_text("x")
+    r = run("train", *TINY, "trainer.epochs=1", f"hydra.run.dir={work / 'h-file'}", cwd=work)
+    rows.append(("`hydra.run.dir` pointing at a file", f"rc {r.returncode}: {last_line(r)}"))
+
+    # --- damaged run files ------------------------------------------------------------------------------
+    d = copy("h-best")
+    ck = Checkpoints(d)
+    weights = ck.best.read_bytes()
+    ck.best_info.write_text("{garbage")
+    r = run("train", *TINY, f"resume={d}", "trainer.epochs=4", cwd=work)
+    record = ck.read_best() if r.returncode == 0 else None
+    rows.append(("corrupt `best/best.json`, then `resume=<run>` for 2 epochs",
+                 f"rc {r.returncode}, rebuilt: {'rebuilt it from metrics/val.jsonl' in r.stderr}, best weights "
+                 f"replaced only by a better validation: {ck.best.read_bytes() == weights or record['epoch'] >= 2}"))
+    d = copy("h-rank")
+    (Checkpoints(d).state_dir(1) / "rank0.pt").write_bytes(b"")
+    r = run("train", *TINY, f"resume={d}", "trainer.epochs=2", cwd=work)
+    rows.append(("zero-byte newest `rank0.pt`, `resume=<run>`",
+                 f"rc {r.returncode}: {'warning: falls back to epoch_0' if 'using epoch_0' in r.stderr else last_line(r)}"
+                 f"; {consistent(d)}"))
+    d = copy("h-bomb")
+    for name in ("config.yaml", "config.resolved.yaml"):
+        (d / name).write_text(BOMB + (d / name).read_text())
+    for tool, args in (("eval", [str(d), "episodes=2"]), ("train", [f"resume={d}"]), ("plot", [str(d)])):
+        start = time.monotonic()
+        r = run(tool, *args, cwd=work)
+        rows.append((f"YAML alias bomb (9^7 entries) in `config.yaml`, `amago-{tool}`",
+                     f"rc {r.returncode} after {time.monotonic() - start:.1f} s: {last_line(r)}"))
+    d = copy("h-buffer")
+    files = sorted((d / "buffer" / "fifo").glob("*.npz"))
+    kinds = ("obs shape (5, 3)", "string actions", "one reward short", "NaN rewards")
+    for path, kind in zip(files, kinds):
+        arrays = dict(np.load(path))
+        key = next(k for k in arrays if k.startswith("_OBS_KEY_"))
+        if kind.startswith("obs"):
+            arrays[key] = np.zeros((len(arrays[key]), arrays[key].shape[1] + 1), arrays[key].dtype)
+        elif kind == "string actions":
+            arrays["actions"] = arrays["actions"].astype(str)
+        elif kind == "one reward short":
+            arrays["rews"] = arrays["rews"][:-1]
+        else:
+            arrays["rews"][:] = np.nan
+        np.savez(path, **arrays)
+    for path in files[len(kinds) + 2:]:
+        path.unlink()
+    r = run("train", *TINY, f"resume={d}", "trainer.epochs=5", "trainer.start_collecting_at_epoch=100", cwd=work)
+    log = (d / "train.log").read_text()
+    named = sum(f"skipping trajectory file {p}" in log for p in files[:len(kinds)])
+    skipped = read_jsonl(d / "metrics" / "buffer.jsonl")[-1]["buffer/Skipped Files"]
+    rows.append((f"buffer `.npz` files with {', '.join(kinds)}, `resume=<run>` for 3 epochs",
+                 f"rc {r.returncode}; named in train.log {named} of {len(kinds)}, `buffer/Skipped Files` {skipped:g}, "
+                 f"NaN file named on stderr: {str(files[3]) in r.stderr}; {consistent(d)}"))
+
+    # --- envs --------------------------------------------------------------------------------------------
+    d = work / "h-hang"
+    hang = [*FAULTY, "trainer.val_episodes=2", "+env.make.fault=hang", "+env.make.bad_step=1",
+            "+env.make.start_after=30"]
+    proc = run("train", *TINY, *hang, "trainer.epochs=100", f"hydra.run.dir={d}", cwd=work, wait=False)
+    wait_for(d / "ckpts" / "training_states" / "epoch_2", proc)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    rows.append(("env hanging in `step` (sync mode, the default), SIGTERM",
+                 f"rc {proc.returncode} after {time.monotonic() - start:.1f} s, message names the last state: "
+                 f"{'the last saved training state' in err}; {consistent(d)}"))
+    r = run("train", *TINY, *hang[:-1], "trainer.epochs=100", "env.step_timeout=1", cwd=work)
+    rows.append(("env hanging in `step`, `env.step_timeout=1` (sync mode)", f"rc {r.returncode}: {last_line(r)}"))
+    r = run("train", *TINY, *FAULTY, "+env.make.fault=str_reward", cwd=work)
+    rows.append(("env returning the reward `'1.0'` (a string)", f"rc {r.returncode}: {last_line(r)}"))
+    d = work / "h-video"
+    r = run("train", *TINY, *FAULTY, "+env.make.fault=nan_reward", "+env.make.bad_step=100", "trainer.epochs=1",
+            f"hydra.run.dir={d}", cwd=work)
+    r = run("eval", str(d), "episodes=1", "video.episodes=1", "allow_targets=[faulty_envs.*]", cwd=work)
+    rows.append(("`video.episodes=1` on an env whose `render()` is not implemented",
+                 f"rc {r.returncode}, videos_* folders left {len(list((d / 'eval').glob('videos_*')))}: {last_line(r)}"))
+
+    # --- every error one line ----------------------------------------------------------------------------
+    damaged = {"`batch_size: abc` in config.yaml": lambda t: t.replace("  batch_size: 4\n", "  batch_size: abc\n"),
+               "mistyped key `batchsize:` in config.yaml": lambda t: t.replace("  batch_size: 4\n", "  batchsize: 4\n"),
+               "broken YAML in config.yaml": lambda t: t + "trainer: [oops\n"}
+    for i, (what, damage) in enumerate(damaged.items()):
+        d = copy(f"h-config{i}")
+        (d / "config.yaml").write_text(damage((d / "config.yaml").read_text()))
+        for tool, args in (("eval", [str(d), "episodes=2"]), ("train", [f"resume={d}"])):
+            r = run(tool, *args, cwd=work)
+            rows.append((f"{what}, `amago-{tool}`", f"rc {r.returncode}: {last_line(r)}"))
+    d = copy("h-arch")
+    for change in ("traj_encoder.d_model=32", "env.parallel_actors=3"):
+        r = run("train", *TINY, f"resume={d}", change, cwd=work)
+        rows.append((f"`resume=<run> {change}`", f"rc {r.returncode}: {last_line(r)}"))
+    d = copy("h-plot")
+    (d / "metrics" / "val.jsonl").write_bytes(bytes(range(256)) * 12)
+    r = run("plot", str(d), cwd=work)
+    warned = "amago-plot: warning:" in r.stderr and "val.jsonl: skipped" in r.stderr
+    rows.append(("binary `metrics/val.jsonl`, `amago-plot`",
+                 f"rc {r.returncode}, a warning names the file: {warned}, traceback: {'Traceback' in r.stderr}: "
+                 f"{last_line(r)}"))
+    namespaces = shutil.which("unshare") and subprocess.run(["unshare", "-rm", "true"]).returncode == 0
+    for scenario in ("full", "readonly"):
+        mode = "tmpfs" if namespaces else ("simulated" if scenario == "full" else "chmod")
+        if mode == "chmod" and os.geteuid() == 0:
+            rows.append((f"disk scenario {scenario}", "not run: root without user namespaces"))
+            continue
+        scratch = work / f"h-disk-{scenario}"
+        scratch.mkdir()
+        cmd = [sys.executable, str(ROOT / "tests/trainer/disk_scenarios.py"), scenario, str(scratch), mode]
+        r = subprocess.run((["unshare", "-rm"] if namespaces else []) + cmd, capture_output=True, text=True,
+                           env=env(), timeout=900)
+        out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+        what = ("disk full during a checkpoint (tmpfs of 32 MB filled up), then resume after freeing space"
+                if scenario == "full" else "run directory made read-only mid-run (bind mount), then resume once writable")
+        if mode != "tmpfs":
+            what += f" ({mode})"
+        if not out:
+            rows.append((what, f"scenario failed: {r.stderr.strip().splitlines()[-1:]}"))
+            continue
+        refused_rc, refused_err = out["refused"]
+        lines = [ln for ln in refused_err.strip().splitlines() if ln.strip()]
+        rows.append((what, f"rc {refused_rc} ({len(lines)} line): {lines[-1][:300] if lines else ''}; states after "
+                           f"{out['after_refusal']['epochs']}, tmp leftovers {len(out['after_refusal']['tmp'])}; "
+                           f"resume rc {out['resumed'][0]}, states {out['final']['epochs']}"))
 
 
 if __name__ == "__main__":

@@ -65,3 +65,38 @@ def amago(tool: str, *args, cwd: Path, timeout=300, **env: str) -> subprocess.Co
     env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, **env}
     return subprocess.run([sys.executable, "-m", f"amago_app.cli.{tool}", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def amago_cli(tool: str, *args, cwd: Path, timeout=120, **env: str) -> subprocess.CompletedProcess:
+    """`amago(...)` with one torch thread and tests/ on the import path (for the envs of tests/faulty_envs.py)."""
+    return amago(tool, *args, cwd=cwd, timeout=timeout, OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS_DIR), **env)
+
+
+def one_line_error(r: subprocess.CompletedProcess, tool: str) -> str:
+    """The single stderr line of a refused command (exit 2, no traceback)."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"amago-{tool}: error: "), r.stderr[-3000:]
+    assert "Traceback" not in r.stdout + r.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def saved_run(tmp_path_factory) -> Path:
+    """A finished tiny `amago-train` run (2 epochs, a training state per epoch, validations, a best policy),
+    trained once per session; tests work on copies (`copy_run`)."""
+    run = tmp_path_factory.mktemp("saved") / "run"
+    r = amago_cli("train", *TINY, "trainer.epochs=2", "trainer.ckpt_interval=1", "trainer.threads=1",
+                  f"hydra.run.dir={run}", cwd=run.parent, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run
+
+
+def copy_run(run: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run, dst, ignore=shutil.ignore_patterns(".lock"))
+    return dst

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
 
 class Faulty(gym.Env):
-    """2-d observations; after `bad_step` steps returns `fault`: nan_reward | inf_obs | wrong_shape."""
+    """2-d observations; from step `bad_step` on: `fault` = nan_reward | inf_obs | wrong_shape | str_reward (a reward
+    that is not a number) | hang (step never returns: sleeps for an hour)."""
 
-    def __init__(self, fault: str = "nan_reward", bad_step: int = 3, horizon: int = 6):
+    def __init__(self, fault: str = "nan_reward", bad_step: int = 3, horizon: int = 6, start_after: int = 0,
+                 render_mode: str | None = None):
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.fault, self.bad_step, self.horizon = fault, bad_step, horizon
         self.spec = None
         self.env_name = f"Faulty-{fault}"
+        self.start_after = start_after  # the fault waits until the env took this many steps in all
+        self.total_steps = 0
+        # claims the render mode it is given but has no render(): gymnasium's Env.render raises NotImplementedError
+        self.render_mode = render_mode
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -23,16 +31,21 @@ class Faulty(gym.Env):
 
     def step(self, action):
         self.t += 1
+        self.total_steps += 1
         obs, reward = np.full(2, 0.5, np.float32), 1.0
-        if self.t >= self.bad_step:
+        if self.t >= self.bad_step and self.total_steps > self.start_after:
             if self.fault == "nan_reward":
                 reward = float("nan")
             elif self.fault == "inf_obs":
                 obs[1] = np.inf
             elif self.fault == "wrong_shape":
                 obs = np.zeros(3, np.float32)
+            elif self.fault == "str_reward":
+                reward = "1.0"
+            elif self.fault == "hang":
+                time.sleep(3600)
         return obs, reward, False, self.t >= self.horizon, {}
 
 
-def make(fault: str = "nan_reward", bad_step: int = 3):
-    return Faulty(fault, bad_step)
+def make(fault: str = "nan_reward", bad_step: int = 3, start_after: int = 0, render_mode: str | None = None):
+    return Faulty(fault, bad_step, start_after=start_after, render_mode=render_mode)

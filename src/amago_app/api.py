@@ -34,6 +34,7 @@ from amago_app.data.timestep import Timestep
 from amago_app.evaluation.evaluate import eval_config, load_weights, parse_checkpoint, weights_of
 from amago_app.interaction.build import build_agent, build_envs
 from amago_app.interaction.rollout import timestep_tensors
+from amago_app.rundir import make_new_dir
 
 
 def _cwd_on_path() -> None:
@@ -67,6 +68,8 @@ def train(overrides: Sequence[str] = (), config: DictConfig | Mapping | None = N
         cfg = apply_overrides(upgrade(cfg), overrides, skip=())  # e.g. a config.yaml of an older run
     if run_dir is None:
         run_dir = Path("runs") / str(cfg.run_name) / time.strftime("%Y-%m-%d_%H-%M-%S")
+        if not cfg.resume:  # a new directory (`<time>-2` if a run started in this second took the name)
+            run_dir = make_new_dir(run_dir)
     return run_train(cfg, run_dir, overrides=overrides, argv=["amago_app.train", *overrides])
 
 

@@ -28,7 +28,9 @@ lock when the holder dies, so a killed run's directory is taken over without man
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import fnmatch
 import json
 import os
 import random
@@ -39,11 +41,16 @@ import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 import numpy as np
-import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    import torch
+# torch is imported where checkpoints are read or written, so that commands reading a run's text files
+# (amago-plot) start without it
 
 CONFIG_FILE = "config.yaml"
 RESOLVED_CONFIG_FILE = "config.resolved.yaml"
@@ -55,8 +62,38 @@ LOCK_FILE = ".lock"
 ABANDONED_PREFIX = "abandoned-"
 
 
-class RunDirError(Exception):
+class OneLineError(Exception):
+    """An error whose message says everything a user needs (what failed, where, what to do instead): the commands
+    print it as one line and exit 2, without a traceback. Any layer may raise one (or a subclass)."""
+
+
+class RunDirError(OneLineError):
     """A run directory cannot be used as asked (locked by another process, unreadable checkpoint)."""
+
+
+#: errno values that mean "the file system refused" (full, read-only, no permission, name too long, ...): not a
+#: bug, a state of the machine the user can change
+FILESYSTEM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                               errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOENT,
+                               errno.ELOOP, errno.EMFILE})
+
+
+def filesystem_error(exc: BaseException) -> OSError | None:
+    """The OSError of a refused file operation in `exc`'s chain of causes (None: there is none)."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in FILESYSTEM_ERRNOS:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def describe_os_error(e: OSError) -> str:
+    """`runs/x/ckpts/latest/policy.pt: No space left on device`: the path and the system's reason, one line."""
+    reason = e.strerror or str(e)
+    return f"{e.filename}: {reason}" if e.filename is not None else reason
 
 
 # --- safe serialization ----------------------------------------------------------------------------------
@@ -68,6 +105,8 @@ def encode(obj: Any, where: str = "state") -> Any:
 
     Anything that is not a tensor, array or plain value is refused here, when the state is written.
     """
+    import torch
+
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
             raise TypeError(f"{where}: numpy object arrays cannot be stored safely")
@@ -105,6 +144,8 @@ def decode(obj: Any) -> Any:
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> Any:
     """`torch.load(weights_only=True)` + `decode`; an unreadable file raises RunDirError naming it."""
+    import torch
+
     path = Path(path)
     try:
         return decode(torch.load(path, map_location=map_location, weights_only=True))
@@ -112,9 +153,108 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise
     except Exception as e:  # noqa: BLE001 - truncated zip, foreign pickle, refused global: all mean "not ours"
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if path.is_file() and path.stat().st_size == 0:
+            reason = "the file is empty"
         if "Weights only load failed" in str(e) or "weights_only" in str(e):
             reason = "it holds objects other than tensors and plain values (refused: loading them could run code)"
         raise RunDirError(f"cannot read checkpoint {path}: {reason}") from e
+
+
+# --- YAML files of a run (config.yaml, overrides_history.yaml, .hydra/*.yaml) --------------------------------
+#: a run's YAML files are a few KB; these bounds keep a crafted file (an alias bomb, a huge file) from hanging
+#: or exhausting a command that reads it
+YAML_MAX_BYTES = 8 * 2**20
+YAML_MAX_NODES = 200_000
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node, limit: int) -> None:
+    """Refuse a document whose aliases expand it beyond `limit` nodes, or that contains itself. Aliases make the
+    node graph a DAG: sizes are summed once per distinct node, so the check is as cheap as the file is small."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the current path of the depth-first walk
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in _yaml_children(node))
+            if sizes[key] > limit:
+                raise ValueError(f"its aliases expand it beyond {limit:,} entries")
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise ValueError("an alias refers to a node that contains it (a recursive document)")
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _yaml_children(node) if id(c) not in sizes)
+
+
+def _bounded_loader():
+    from omegaconf._utils import get_yaml_loader  # OmegaConf's safe loader (its float syntax, duplicate keys)
+
+    class BoundedLoader(get_yaml_loader()):
+        def construct_document(self, node):
+            _check_expansion(node, YAML_MAX_NODES)
+            return super().construct_document(node)
+
+    return BoundedLoader
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """The plain data of a YAML file of a run directory, read safely and within bounds (no code runs, an alias
+    bomb or a huge file is refused); any problem raises RunDirError naming the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > YAML_MAX_BYTES:
+        raise RunDirError(f"{path} is {size:,} bytes, more than a run's YAML file can be ({YAML_MAX_BYTES:,}); "
+                          "refusing to read it")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise RunDirError(f"{path} is not a text file (it is not UTF-8): restore it or start a new run") from None
+    loader = _bounded_loader()(text)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise RunDirError(f"{path} is not valid YAML: {e.problem or e.context}{where}") from None
+    except (yaml.YAMLError, ValueError) as e:
+        raise RunDirError(f"{path} is refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    except RecursionError:
+        raise RunDirError(f"{path} is refused: it is nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def state_dict_differences(saved: dict, current: dict, limit: int = 3) -> str:
+    """What keeps `saved` from loading into a module whose state dict is `current`, in one short line: tensors
+    of another shape, tensors only one side has (at most `limit` of each named)."""
+    def shape(v):
+        return list(v.shape) if hasattr(v, "shape") else type(v).__name__
+
+    reshaped = [f"{k} {shape(v)} saved, {shape(current[k])} now" for k, v in saved.items()
+                if k in current and shape(v) != shape(current[k])]
+    only_saved = [k for k in saved if k not in current]
+    only_now = [k for k in current if k not in saved]
+    parts = []
+    for label, items in (("different shapes", reshaped), ("only in the saved weights", only_saved),
+                         ("not in the saved weights", only_now)):
+        if items:
+            more = f" and {len(items) - limit} more" if len(items) > limit else ""
+            parts.append(f"{len(items)} with {label}: {', '.join(items[:limit])}{more}" if label == "different shapes"
+                         else f"{len(items)} {label}: {', '.join(items[:limit])}{more}")
+    return "; ".join(parts) or "the tensors match"
 
 
 def intact(path: str | os.PathLike) -> bool:
@@ -135,19 +275,105 @@ def atomic_write_bytes(path: str | os.PathLike, writer: Callable[[BinaryIO], obj
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            _simulated_disk_full(path)
             writer(f)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        refused = _refused_write(e, path)
         Path(tmp).unlink(missing_ok=True)
+        if refused is not None:
+            raise refused from e
         raise
+
+
+def atomic_write_new(path: str | os.PathLike, writer: Callable[[BinaryIO], object]) -> Path:
+    """Like `atomic_write_bytes`, but never replaces a file: the first free name of `path`, `{stem}-2{suffix}`,
+    `{stem}-3{suffix}`, ... is taken (atomically: two processes writing at the same second get two files).
+    Returns the path written."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            writer(f)
+        for n in range(1, 10_000):
+            candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+            try:
+                os.link(tmp, candidate)  # fails if the name is taken
+                return candidate
+            except FileExistsError:
+                continue
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise
+                try:  # a file system without hard links: reserve the name, then move the file onto it
+                    os.close(os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                except FileExistsError:
+                    continue
+                os.replace(tmp, candidate)
+                return candidate
+        raise FileExistsError(errno.EEXIST, "no free name", str(path))
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _check_names(path: Path) -> None:
+    """Refuse a path with a name longer than its file system allows before any directory of it is made."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for part in path.parts:
+        if len(os.fsencode(part)) > limit:
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(path))
+
+
+def make_new_dir(path: str | os.PathLike) -> Path:
+    """Create the first free directory of `path`, `path-2`, `path-3`, ... and return it (atomically, as above)."""
+    path = Path(path)
+    _check_names(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free name", str(path))
+
+
+def _refused_write(e: BaseException, path: Path) -> OSError | None:
+    """A failed write as the OSError that says why, naming the file. torch.save reports a full disk as a
+    RuntimeError ("unexpected pos ..."), with the OSError at best among its causes; an empty disk says it too."""
+    found = filesystem_error(e)
+    if found is None and isinstance(e, Exception):
+        try:
+            if os.statvfs(path.parent).f_bavail == 0:
+                found = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            pass
+    if found is None or (found.filename is not None and found is e):
+        return None
+    return OSError(found.errno, found.strerror or os.strerror(found.errno), str(found.filename or path))
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     """Write `obj` (encoded for `weights_only=True` reading) atomically."""
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = encode(obj)
     atomic_write_bytes(path, lambda f: torch.save(data, f))
+
+
+def _simulated_disk_full(path: Path) -> None:
+    """Test hook for machines that cannot mount a small file system: `AMAGO_DISK_FULL_AT=<file name pattern>`
+    makes every atomic write of a matching file fail as a full disk does. Unset: does nothing."""
+    pattern = os.environ.get("AMAGO_DISK_FULL_AT")
+    if pattern and fnmatch.fnmatchcase(path.name, pattern):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
@@ -178,6 +404,8 @@ def crash_point(name: str) -> None:
 
 
 def rng_state() -> dict:
+    import torch
+
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -185,6 +413,8 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
+    import torch
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -302,17 +532,22 @@ class Checkpoints:
         dict for `policy_weights/` and `latest/` (main process). The state becomes visible, complete, only when
         the main process renames the staging directory after every process wrote.
         """
-        if main is not None:  # creates the staging dir before the others write into it
-            self.write_main_state(epoch, main)
-        barrier()
-        self.write_rank_state(epoch, rank, own)
-        barrier()
-        if main is not None:
-            crash_point("before-publish")
-            self.publish_state(epoch)
-            crash_point("after-publish")
-            if weights is not None:
-                self.write_weights(epoch, weights, keep_epoch_copy=True)
+        try:
+            if main is not None:  # creates the staging dir before the others write into it
+                self.write_main_state(epoch, main)
+            barrier()
+            self.write_rank_state(epoch, rank, own)
+            barrier()
+            if main is not None:
+                crash_point("before-publish")
+                self.publish_state(epoch)
+                crash_point("after-publish")
+        except Exception:
+            if main is not None:  # a refused write (full disk, ...): the unpublished part goes, the old states stay
+                shutil.rmtree(self.staging_dir(epoch), ignore_errors=True)
+            raise
+        if weights is not None:
+            self.write_weights(epoch, weights, keep_epoch_copy=True)
         barrier()
 
     def write_best(self, agent_state: dict, info: dict) -> None:
@@ -323,26 +558,45 @@ class Checkpoints:
 
     # --- reading ------------------------------------------------------------------------------------
     def read_best(self) -> dict | None:
+        """The record of the best weights; None when there is none yet. A record that cannot be read or does not
+        say which epoch and validation return it holds raises RunDirError (the trainer rebuilds it)."""
         try:
-            return json.loads(self.best_info.read_text())
-        except (OSError, ValueError):
+            record = json.loads(self.best_info.read_bytes())
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as e:
+            raise RunDirError(f"{self.best_info} is unreadable ({type(e).__name__})") from None
+        ok = (isinstance(record, dict) and isinstance(record.get("epoch"), int)
+              and isinstance(record.get("val_return"), (int, float)) and np.isfinite(record["val_return"]))
+        if not ok:
+            raise RunDirError(f"{self.best_info} does not hold an epoch and a finite val_return")
+        return record
 
     def saved_epochs(self) -> list[int]:
         if not self.states.exists():
             return []
         return sorted(int(m.group(1)) for p in self.states.iterdir() if (m := EPOCH_DIR.match(p.name)))
 
+    def broken_files(self, epoch: int) -> list[str]:
+        """The files of training state `epoch` that are not complete archives (zero-byte, truncated), main.pt
+        included when it is missing; [] for an intact state."""
+        state = self.state_dir(epoch)
+        files = sorted(p for p in state.glob("*.pt") if not p.name.startswith("."))
+        broken = [p.name for p in files if not intact(p)]
+        return broken if (state / "main.pt").is_file() else ["main.pt (missing)", *broken]
+
     def latest_state_dir(self) -> Path | None:
-        """The newest training state whose main.pt is intact; skipped newer ones are reported with a warning."""
+        """The newest training state whose every file is intact; newer broken ones are reported with a warning."""
         epochs = self.saved_epochs()
+        skipped = []
         for e in reversed(epochs):
-            main = self.state_dir(e) / "main.pt"
-            if intact(main):
-                if e != epochs[-1]:
-                    warnings.warn(f"newer training states {[f'epoch_{x}' for x in epochs if x > e]} are unreadable "
-                                  f"(truncated main.pt?); using epoch_{e}", stacklevel=2)
+            broken = self.broken_files(e)
+            if not broken:
+                if skipped:
+                    warnings.warn(f"newer training states have truncated or empty files ({'; '.join(skipped)}); "
+                                  f"using epoch_{e}", stacklevel=2)
                 return self.state_dir(e)
+            skipped.append(f"epoch_{e}: {', '.join(broken)}")
         return None
 
 
@@ -358,7 +612,8 @@ def find_training_state(path: str | os.PathLike) -> Path:
         found = ck.latest_state_dir()
         if found is None:
             if ck.saved_epochs():
-                raise RunDirError(f"{path} has training states but no intact main.pt in any of them")
+                raise RunDirError(f"{path} has training states but every one has a truncated or empty file "
+                                  f"({', '.join(ck.broken_files(ck.saved_epochs()[-1]))} in the newest)")
             raise FileNotFoundError(f"{path} has no training states under ckpts/training_states/")
         return found
     raise FileNotFoundError(
@@ -372,25 +627,48 @@ def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, 
     The process's own file is missing when the run was saved with fewer processes.
     """
     state_dir = Path(state_dir)
-    main = read_checkpoint(state_dir / "main.pt")
-    rank_file = state_dir / f"rank{rank}.pt"
-    if not rank_file.exists():
-        return main, None
-    return main, read_checkpoint(rank_file)
+    try:
+        main = read_checkpoint(state_dir / "main.pt")
+        rank_file = state_dir / f"rank{rank}.pt"
+        if not rank_file.exists():
+            return main, None
+        own = read_checkpoint(rank_file)
+    except RunDirError as e:
+        match = EPOCH_DIR.match(state_dir.name)
+        if not match:
+            raise
+        run_dir = run_dir_of_state(state_dir)
+        older = [x for x in Checkpoints(run_dir).saved_epochs() if x < int(match.group(1))
+                 and not Checkpoints(run_dir).broken_files(x)]
+        hint = (f"; epoch_{older[-1]} is intact (resume={run_dir} continues from the newest intact state)"
+                if older else "; no older state of this run is intact")
+        raise RunDirError(f"{e}{hint}") from None
+    return main, own
 
 
 class RunLock:
     """Exclusive writer lock of a run directory (`flock` on `{run_dir}/.lock`, holding the writer's pid).
 
     The kernel drops the lock when its holder exits or is killed, so a stale `.lock` file of a dead process is
-    simply taken over; a live holder makes `acquire` raise RunDirError naming it.
+    simply taken over; a live holder makes `acquire` raise RunDirError naming it. Within one process the lock is
+    re-entrant (`amago-train` takes it before Hydra writes anything, the trainer again when it starts).
     """
+
+    _held: dict[Path, list] = {}  # lock file -> [fd, how many acquisitions], of this process
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOCK_FILE
-        self._fd: int | None = None
+        self._key: Path | None = None
 
-    def acquire(self) -> None:
+    def acquire(self, fresh: bool = False) -> None:
+        """`fresh`: for a new run (the refusal then says to choose a new directory, not to wait for a resume)."""
+        key = self.path.absolute()
+        if self._key is not None:
+            return
+        if key in self._held:
+            self._held[key][1] += 1
+            self._key = key
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -398,16 +676,98 @@ class RunLock:
         except OSError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise RunDirError(f"run directory {self.path.parent} is in use by process {holder}; wait for it to "
-                              "finish or stop it before resuming") from None
+            raise RunDirError(_busy(self.path.parent, holder, fresh)) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        self._held[key] = [fd, 1]
+        self._key = key
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._key is None:
+            return
+        entry = self._held[self._key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            os.close(entry[0])
+            del self._held[self._key]
+        self._key = None
+
+
+def _busy(run_dir: Path, holder: str, fresh: bool) -> str:
+    if fresh:
+        return (f"run directory {run_dir} is in use by process {holder}; start this run in a new directory "
+                f"(hydra.run.dir=<new dir>), or continue that run with resume={run_dir} once it has stopped")
+    return f"run directory {run_dir} is in use by process {holder}; wait for it to finish or stop it before resuming"
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """The pid of the live process holding `run_dir`'s lock (None: nobody). Creates and changes nothing."""
+    if (Path(run_dir) / LOCK_FILE).absolute() in RunLock._held:
+        return None  # this process holds it
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return os.read(fd, 64).decode(errors="replace").strip() or "another process"
+    finally:
+        os.close(fd)  # (releases the probe's own lock, if it got one)
+    return None
+
+
+#: entries that mean a directory holds (part of) a run
+RUN_ENTRIES = (CONFIG_FILE, "ckpts", "metrics", "buffer", HISTORY_FILE, EVAL_DIR)
+#: what Hydra writes into a job's directory before the job starts (its config record and the job's log)
+HYDRA_ENTRIES = (".hydra", "train.log")
+
+
+def check_fresh_run_dir(run_dir: str | os.PathLike, allowed: tuple[str, ...] = ()) -> None:
+    """Refuse a new run in a directory that already holds a run or other files (nothing is written here)."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"the run directory {run_dir} is a file, not a directory; choose a new directory "
+                          "(hydra.run.dir=<new dir>)")
+    if not run_dir.is_dir():
+        return
+    entries = sorted(set(os.listdir(run_dir)) - {LOCK_FILE, *allowed})
+    if not entries:
+        return
+    holder = lock_holder(run_dir)
+    if holder is not None:
+        raise RunDirError(_busy(run_dir, holder, fresh=True))
+    found = [e for e in RUN_ENTRIES if e in entries]
+    if found:
+        raise RunDirError(f"{run_dir} already holds a run ({', '.join(found)}); continue it with resume={run_dir}, "
+                          "or start this run in a new directory (hydra.run.dir=<new dir>)")
+    shown = ", ".join(entries[:5]) + (f", ... ({len(entries)} entries)" if len(entries) > 5 else "")
+    raise RunDirError(f"{run_dir} is not empty ({shown}); a new run needs a new or empty directory "
+                      "(hydra.run.dir=<new dir>); resume=<run dir> continues a run")
+
+
+def claim_fresh_run_dir(run_dir: str | os.PathLike, unique: bool = False,
+                        allowed: tuple[str, ...] = ()) -> tuple[Path, RunLock]:
+    """(directory, its lock) for a new run: `run_dir` itself, refused if it holds anything (`check_fresh_run_dir`),
+    or with `unique` (a default, time-stamped name) the first of `run_dir`, `run_dir-2`, `run_dir-3`, ... that this
+    process creates, so that runs started in the same second never share a directory."""
+    run_dir = Path(run_dir)
+    if unique:
+        run_dir = make_new_dir(run_dir)
+        lock = RunLock(run_dir)
+        lock.acquire(fresh=True)
+        return run_dir, lock
+    check_fresh_run_dir(run_dir, allowed)
+    _check_names(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(run_dir)
+    lock.acquire(fresh=True)
+    try:
+        check_fresh_run_dir(run_dir, allowed)  # again: another run may have started there meanwhile
+    except RunDirError:
+        lock.release()
+        raise
+    return run_dir, lock
 
 
 def run_dir_of_state(state_dir: Path) -> Path:

@@ -103,6 +103,7 @@ def test_videos_are_real_mp4_and_gif_files(run):
 
 
 def test_video_needs_an_env_that_renders(tmp_path):
+    pytest.importorskip("pygame", reason="CartPole draws its frames with pygame (gymnasium[classic-control])")
     r = amago("train", *TINY, "env=gym", "env.id=CartPole-v1", "trainer.epochs=1", "trainer.threads=1",
               "trainer.val_interval=null", "env.val_timesteps=50", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

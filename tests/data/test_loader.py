@@ -6,6 +6,7 @@ from amago_app.data.buffer import DiskBuffer
 from amago_app.data.files import save_trajectory
 from amago_app.data.loader import BatchLoader, collate, slice_window, window_bounds
 from amago_app.data.timestep import MAGIC_PAD_VAL, padding_mask
+from amago_app.rundir import RunDirError
 from conftest import random_trajectory
 
 
@@ -84,7 +85,7 @@ def test_epochs_are_reproducible_and_prefetch_does_not_change_them(tmp_path):
 
 def test_loader_errors_surface_in_the_training_thread(tmp_path):
     loader = BatchLoader(DiskBuffer(tmp_path, "empty"), batch_size=2, max_seq_len=4)
-    with pytest.raises(RuntimeError, match="replay buffer at .* is empty"):
+    with pytest.raises(RunDirError, match="replay buffer at .* has no usable trajectory files"):
         next(iter(loader.epoch(0, 3)))
 
 

@@ -1,13 +1,14 @@
 """AMAGOEnv over real gymnasium envs and vector envs."""
 
 import os
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
 
-from amago_app.envs.vector import make_vector_env
+from amago_app.envs.vector import StepTimeout, make_vector_env
 from amago_app.envs.wrapper import AMAGOEnv
 
 
@@ -168,6 +169,50 @@ class Hangs(Countdown):
 def test_async_worker_hang_times_out():
     env = make_vector_env(Hangs, 2, mode="async", step_timeout=1.0)
     env.reset(seed=0)
-    with pytest.raises(RuntimeError, match="did not answer within 1.0s"):
+    with pytest.raises(StepTimeout, match="an async env worker did not return from its step within "
+                                          "env.step_timeout=1s"):
         env.step(np.array([[0], [0]]))
     env.close()
+
+
+def test_sync_hang_times_out_naming_the_env_and_the_step():
+    """env.step_timeout holds in the default sync mode too (before, a hung step blocked the run forever)."""
+    env = make_vector_env(Hangs, 2, mode="sync", step_timeout=0.5)
+    env.reset(seed=0)
+    start = time.monotonic()
+    with pytest.raises(StepTimeout, match=r"^env 'Countdown' did not return from step 1 of its episode within "
+                                          r"env.step_timeout=0.5s"):
+        env.step(np.array([[0], [0]]))
+    assert time.monotonic() - start < 5
+    env.close()
+
+
+class ReturnsGarbage(Countdown):
+    """Its step's result is changed by `garble` (what a buggy or old-API env returns)."""
+
+    garble = staticmethod(lambda out: out)
+
+    def step(self, action):
+        return type(self).garble(super().step(action))
+
+
+GARBAGE = {  # what step returns -> what the one line says
+    "a string reward": (lambda o: (o[0], "1.0", *o[2:]), "a reward that is not a number ('1.0')"),
+    "no reward": (lambda o: (o[0], None, *o[2:]), "a reward that is not a number (None)"),
+    "two rewards": (lambda o: (o[0], np.array([1.0, 2.0]), *o[2:]), "a reward that is not a number"),
+    "old gym's four values": (lambda o: (o[0], o[1], o[2], o[4]), "4 values from step()"),
+    "a string flag": (lambda o: (*o[:2], "no", *o[3:]), "terminated='no'"),
+    "info that is not a dict": (lambda o: (*o[:4], [1]), "info of type list"),
+    "a string observation": (lambda o: (np.array(["a"]), *o[1:]), "the observation with dtype <U1 (not numbers)"),
+}
+
+
+@pytest.mark.parametrize("case", list(GARBAGE))
+def test_what_an_env_returns_is_checked_with_one_line(case):
+    garble, expected = GARBAGE[case]
+    env_cls = type("Garbage", (ReturnsGarbage,), {"garble": staticmethod(garble)})
+    env = make_vector_env(env_cls, 2, mode="sync")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^env 'Countdown' returned .* at step 1 of its episode") as err:
+        env.step(np.array([0, 0]))
+    assert expected in str(err.value) and len(str(err.value).splitlines()) == 1

@@ -100,7 +100,7 @@ def test_truncated_files(tmp_path):
     run = _run(tmp_path)
     ck = Checkpoints(run)
     _truncate(ck.state_dir(2) / "main.pt")
-    with pytest.warns(UserWarning, match=r"\['epoch_2'\] are unreadable .*using epoch_1"):
+    with pytest.warns(UserWarning, match=r"truncated or empty files \(epoch_2: main.pt\); using epoch_1"):
         assert find_training_state(run) == ck.state_dir(1)
     with pytest.raises(RunDirError, match=r"cannot read checkpoint .*epoch_2/main.pt"):
         train(compose_config([f"resume={ck.state_dir(2)}"]), tmp_path / "x", overrides=[f"resume={ck.state_dir(2)}"])

@@ -16,7 +16,9 @@ same metrics files) are read too: the plot draws them in their own colours and r
 such row comparing amago_app and the original, seed by seed, in both validation action modes.
 
 Runs that finished before (a `bench_done.json` in their directory) are not run again, so a matrix can be
-filled in over several invocations into the same `--out`.
+filled in over several invocations into the same `--out`; a run that did not finish is started again from
+scratch (its directory is replaced; an `amago-train` never writes into a directory holding another run). Each
+run's console output goes to `runs/<row>/<variant>/seed<k>.log`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from amago_app.rundir import RunDirError, atomic_write_bytes, read_yaml
 
 
 @dataclass(frozen=True)
@@ -117,18 +122,44 @@ def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra:
     return jobs
 
 
+DONE_FILE = "bench_done.json"
+
+
+def log_file(run_dir: Path) -> Path:
+    """Where a run's console output goes: beside its directory (a new run's directory must start empty)."""
+    return run_dir.with_name(f"{run_dir.name}.log")
+
+
+def read_outcome(run_dir: Path) -> dict | None:
+    """The outcome of a finished run (`bench_done.json`); None when it did not finish or the record is damaged."""
+    done = run_dir / DONE_FILE
+    if not done.is_file():
+        return None
+    try:
+        outcome = json.loads(done.read_bytes())
+    except ValueError:
+        outcome = None
+    if not isinstance(outcome, dict):
+        print(f"amago-bench: warning: {done} is damaged; the run counts as not finished", file=sys.stderr)
+        return None
+    return outcome
+
+
 def run_job(job: Job, log=print) -> dict:
     """One `amago-train` process (1 torch thread); its outcome goes to `<run_dir>/bench_done.json`."""
-    done = job.run_dir / "bench_done.json"
-    if done.is_file():
-        return json.loads(done.read_text())
-    job.run_dir.mkdir(parents=True, exist_ok=True)
+    outcome = read_outcome(job.run_dir)
+    if outcome is not None:
+        return outcome
+    if job.run_dir.exists():  # an earlier attempt that did not finish: its numbers would mix with the new run's
+        log(f"restart {job.task} {job.variant} seed {job.seed} (an earlier attempt did not finish)")
+        shutil.rmtree(job.run_dir)
+    job.run_dir.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "amago_app.cli.train", *job.overrides, "trainer.threads=1",
            "logger.verbose=false", f"hydra.run.dir={job.run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     log(f"start  {job.task} {job.variant} seed {job.seed}")
     start = time.perf_counter()
-    with open(job.run_dir / "bench.log", "w") as out:
+    with open(log_file(job.run_dir), "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         # wait4 gives this child's own CPU time: with other jobs sharing the cores, CPU seconds (not wall
         # seconds) say how long the run takes on an idle core
@@ -138,7 +169,8 @@ def run_job(job: Job, log=print) -> dict:
                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
                "command": " ".join(["amago-train", *job.overrides, "trainer.threads=1"])}
     if rc == 0:  # a failed run is reported and run again next time
-        done.write_text(json.dumps(outcome, indent=1))
+        text = json.dumps(outcome, indent=1).encode()
+        atomic_write_bytes(job.run_dir / DONE_FILE, lambda f: f.write(text))
     log(f"finish {job.task} {job.variant} seed {job.seed}: exit {rc} after {outcome['process_seconds']:.0f} s")
     return outcome
 
@@ -180,8 +212,6 @@ def _val_records(run_dir: Path, section: str = "val") -> list[dict]:
 def _configured_val_mode(run_dir: Path) -> str | None:
     """The action mode of a run's `val` section: trainer.sample_actions_val of its config (amago-train's
     config.yaml, or the settings compare_original.py recorded in original.json); None when unknown."""
-    import yaml  # plain data: nothing in a run directory can run code
-
     sample = None
     if (run_dir / "original.json").is_file():
         sample = json.loads((run_dir / "original.json").read_text()).get("settings", {}).get(
@@ -189,8 +219,13 @@ def _configured_val_mode(run_dir: Path) -> str | None:
     else:
         for name in ("config.resolved.yaml", "config.yaml"):
             if (run_dir / name).is_file():
-                sample = ((yaml.safe_load((run_dir / name).read_text()) or {}).get("trainer") or {}).get(
-                    "sample_actions_val")
+                try:  # plain data, read within bounds: nothing in a run directory can run code or hang this
+                    config = read_yaml(run_dir / name)
+                except RunDirError as e:
+                    print(f"amago-bench: warning: {e}", file=sys.stderr)
+                    break
+                trainer = config.get("trainer") if isinstance(config, dict) else None
+                sample = trainer.get("sample_actions_val") if isinstance(trainer, dict) else None
                 break
     return None if sample is None else ("sampled" if sample else "greedy")
 
@@ -235,15 +270,16 @@ def seed_result(run_dir: Path, task: Task) -> dict:
     series = score_series(_val_records(run_dir), task)
     reached = next((p for p in series if p["score"] >= task.threshold), None)
     last = series[-1] if series else None
-    done = run_dir / "bench_done.json"
-    outcome = json.loads(done.read_text()) if done.is_file() else {}
+    outcome = read_outcome(run_dir)
+    finished = outcome is not None
+    outcome = outcome or {}
     cpu = outcome.get("cpu_seconds")
     sampled = run_dir / "cpu_seconds.sampled"  # runs started before wait4 was used: sampled from /proc
     if cpu is None and sampled.is_file():
         cpu = float(sampled.read_text().split()[-1])
     return {
         "run_dir": str(run_dir),
-        "finished": done.is_file(),
+        "finished": finished,
         "cpu_seconds": cpu,
         "cpu_seconds_to_threshold": _cpu_to(reached, last, cpu),
         "validations": len(series),
@@ -531,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes = list(pool.map(lambda j: run_job(j, log=lambda m: print(m, flush=True)), jobs))
         failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
         for j, o in failed:
-            print(f"amago-bench: {j.task} {j.variant} seed {j.seed} exited {o['returncode']}: see {j.run_dir}/bench.log",
+            print(f"amago-bench: {j.task} {j.variant} seed {j.seed} exited {o['returncode']}: see {log_file(j.run_dir)}",
                   file=sys.stderr)
     write_results(names, out, seeds, baseline_seeds)
     print((out / "results.md").read_text(), end="")

@@ -1,8 +1,9 @@
 """User errors print one line and exit non-zero; `HYDRA_FULL_ERROR=1` shows the full traceback instead.
 
 A user error is a bad value, a missing file or package, or a refused action (a locked run directory, an
-untrusted config target). Hydra and OmegaConf wrap such errors (instantiation, interpolation resolution), so
-the chain of causes is searched for the outermost user error (our own one-line messages wrap the raw ones,
+untrusted config target) or a file operation the machine refused (a full disk, a read-only directory, a name too
+long: the path and the reason). Hydra and OmegaConf wrap such errors (instantiation, interpolation resolution),
+so the chain of causes is searched for the outermost user error (our own one-line messages wrap the raw ones,
 e.g. a missing suite package). Anything else is a bug and keeps its traceback.
 """
 
@@ -15,17 +16,19 @@ from contextlib import contextmanager
 from hydra.errors import CompactHydraException
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
 
-from amago_app.rundir import RunDirError
+from amago_app.rundir import OneLineError, describe_os_error, filesystem_error
 
 EXIT_USER_ERROR = 2
 
 
-class UserError(Exception):
+class UserError(OneLineError):
     """A refused action with a one-line explanation (the message says what to do instead)."""
 
 
-USER_ERRORS = (UserError, RunDirError, CompactHydraException, FloatingPointError, ValueError, FileNotFoundError, NotADirectoryError, ImportError, ConfigKeyError,
-               MissingMandatoryValue, ValidationError)
+#: a refused file operation (full disk, read-only or missing directory, name too long, ...) is reported with its
+#: path and reason; it is the machine's state, not a bug
+USER_ERRORS = (OneLineError, CompactHydraException, FloatingPointError, ValueError, FileNotFoundError,
+               NotADirectoryError, ImportError, ConfigKeyError, MissingMandatoryValue, ValidationError)
 
 
 def user_message(exc: BaseException) -> str | None:
@@ -41,7 +44,10 @@ def user_message(exc: BaseException) -> str | None:
             found = e
         e = e.__cause__ or e.__context__
     if found is None:
-        return None
+        refused = filesystem_error(exc)
+        return None if refused is None else describe_os_error(refused)
+    if isinstance(found, OSError) and found.filename is not None:
+        return describe_os_error(found)
     message = _one_line(str(found)) or type(found).__name__
     cause = found.__cause__
     if isinstance(found, CompactHydraException) and cause is not None and _one_line(str(cause)):

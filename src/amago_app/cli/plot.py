@@ -51,14 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not formats:
         print(f"amago-plot: --format {args.format!r}: choose from png, svg, pdf", file=sys.stderr)
         return 2
+    from amago_app.cli.errors import one_line_warnings, report_user_errors
     from amago_app.logging.curves import plot_curves  # matplotlib after argument checks
 
-    try:
-        paths = plot_curves(args.dirs, out, metrics=args.metric, x=args.x, band=args.band, show_seeds=args.seeds,
-                            threshold=args.threshold, formats=formats, title=args.title, smoothing=args.smooth)
-    except CurveError as e:
-        print(f"amago-plot: {e}", file=sys.stderr)
-        return 2
+    one_line_warnings("amago-plot")
+    with report_user_errors("amago-plot"):  # e.g. a plots folder that cannot be written
+        try:
+            paths = plot_curves(args.dirs, out, metrics=args.metric, x=args.x, band=args.band, show_seeds=args.seeds,
+                                threshold=args.threshold, formats=formats, title=args.title, smoothing=args.smooth)
+        except CurveError as e:
+            print(f"amago-plot: {e}", file=sys.stderr)
+            return 2
     for path in paths:
         print(path)
     return 0

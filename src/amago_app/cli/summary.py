@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                         help='a metric of metrics/val.jsonl (default: "val/Average Total Return (Across All Env Names)")')
     parser.add_argument("--out", default=None, help="also write summary.json and summary.csv into this directory")
     args = parser.parse_args(argv)
+    from amago_app.cli.errors import one_line_warnings
+
+    one_line_warnings("amago-summary")  # e.g. a run's unreadable config or metric lines, one line each
     console = Console(highlight=False)
     try:
         summarize_dirs(args.dirs, args.metric, args.out, console)

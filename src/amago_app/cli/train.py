@@ -7,6 +7,7 @@ sweepers such as Optuna can optimize it. Under Hydra's submitit launcher a job w
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from amago_app.cli.errors import one_line_warnings, report_user_errors
 from amago_app.config import config_dir, setup
@@ -105,6 +106,87 @@ def _check_composition(args: list[str]) -> None:
         compose("config", overrides=[a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))])
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+#: the only Hydra settings the output directory depends on
+_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def _output_dir(args: list[str], key: str) -> tuple[Path, bool] | None:
+    """(the directory Hydra will write to, whether the command line names it) for `key` (hydra.run.dir or
+    hydra.sweep.dir); None when it cannot be known before Hydra runs (it then checks nothing here)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(args)
+    explicit = any(o.key_or_group == key for o in parsed)
+    task = [o.input_line for o in parsed if not o.is_sweep_override()
+            and (o.key_or_group in _DIR_KEYS or not o.key_or_group.startswith("hydra"))]
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("config", overrides=task, return_hydra_config=True)
+    try:
+        return Path(str(OmegaConf.select(cfg, key, throw_on_missing=True))), explicit
+    except Exception:  # noqa: BLE001 - e.g. a directory named after ${hydra.job.name}, known only to Hydra
+        return None
+
+
+def _quoted(path: Path) -> str:
+    """`path` as a quoted Hydra override value (spaces, `=` and `,` survive)."""
+    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _claim_output_dir(args: list[str]):
+    """Before Hydra writes anything (its `.hydra/` record included): a new run's directory must be new or empty,
+    a resumed run's must not be in use, and a default, time-stamped directory is made unique (runs started in the
+    same second get `<time>-2`, ...). The chosen directory is pinned on the command line; the returned lock is
+    held until the process ends."""
+    from amago_app.rundir import RunLock, check_fresh_run_dir, claim_fresh_run_dir, find_training_state, run_dir_of_state
+
+    if int(os.environ.get("RANK", "0")) != 0:  # DDP workers: rank 0 owns the directory
+        return None
+    if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in args):
+        return None  # --cfg, --help, --info, ...: Hydra prints and writes nothing
+    resume = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
+    resume = resume[-1] if resume and resume[-1] not in ("", "null") else None
+    if any(a in MULTIRUN_FLAGS for a in args):
+        if resume is not None:
+            return None
+        found = _output_dir([a for a in args if a not in MULTIRUN_FLAGS], "hydra.sweep.dir")
+        if found is None:
+            return None
+        sweep_dir, explicit = found
+        if explicit:
+            check_fresh_run_dir(sweep_dir)  # a sweep's job directories 0, 1, ... would land on the old ones
+            return None
+        sweep_dir, lock = claim_fresh_run_dir(sweep_dir, unique=True)
+        lock.release()  # (each job locks its own directory)
+        _pin("hydra.sweep.dir", sweep_dir)
+        return None
+    if resume is not None:
+        lock = RunLock(run_dir_of_state(find_training_state(resume)))
+        lock.acquire()
+        return lock
+    found = _output_dir(args, "hydra.run.dir")
+    if found is None:
+        return None
+    run_dir, explicit = found
+    try:
+        run_dir, lock = claim_fresh_run_dir(run_dir, unique=not explicit)
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG and not explicit:
+            longest = max(run_dir.parts, key=lambda p: len(p.encode()))
+            raise ValueError(f"run_name makes a directory name of {len(longest.encode())} bytes ({longest[:24]}...), "
+                             "longer than the file system allows: choose a shorter run_name (or set "
+                             "hydra.run.dir)") from None
+        raise
+    _pin("hydra.run.dir", run_dir)
+    return lock
+
+
+def _pin(key: str, path: Path) -> None:
+    """Hand Hydra the directory chosen here (its own `${now:...}` could name the next second)."""
+    sys.argv[1:] = [a for a in sys.argv[1:] if not a.startswith(key + "=")] + [f"{key}={_quoted(path)}"]
+
+
 def main() -> None:
     # `env.make._target_=my_env.make_env` run from my_env.py's folder: the console script does not put the
     # working directory on the import path (python -m does)
@@ -115,7 +197,12 @@ def main() -> None:
     with report_user_errors("amago-train"):
         _check_resume(sys.argv[1:])
         _check_composition(sys.argv[1:])
-    _main()
+        lock = _claim_output_dir(sys.argv[1:])
+    try:
+        _main()
+    finally:
+        if lock is not None:
+            lock.release()
     if _stopped_by:
         # the training state is saved; the shell (or scheduler) sees a command stopped by that signal
         sys.exit(EXIT_CODES.get(_stopped_by, 130))

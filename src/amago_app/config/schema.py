@@ -47,7 +47,8 @@ class EnvConfig:
     mp_context: Optional[str] = None
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
     step_timeout: float = 300.0
-    """Seconds an async worker may take for one step before the run fails instead of hanging."""
+    """Seconds an env may take for one step or reset (sync and async mode) before the run fails, naming it, instead
+    of hanging."""
     nan_to_num: bool = False
     """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import threading
 import time
+import warnings
 import zipfile
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -22,7 +23,8 @@ from typing import Callable
 import numpy as np
 
 from amago_app.data.files import TRAJ_EXTENSIONS, PickleNotAllowed, load_trajectory, timestamp_of
-from amago_app.data.timestep import Trajectory
+from amago_app.rundir import RunDirError
+from amago_app.data.timestep import BadTrajectory, Trajectory, TrajectorySpec
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,9 @@ class Buffer(ABC):
         and later); returns how many were removed. Buffers that store nothing have nothing to remove."""
         return 0
 
+    def expect(self, spec: TrajectorySpec) -> None:
+        """What the run's trajectories must hold (its spaces); a dataset reading files skips those that differ."""
+
 
 class NoBuffer(Buffer):
     """Never ready and saves nothing: evaluation-only experiments."""
@@ -102,8 +107,9 @@ class DiskBuffer(Buffer):
     at a time: the one holding an exclusive `flock` on `buffer/.trim-owner.lock` (taken at its first trim and
     held until it exits, so ownership passes to another run when the owner dies). Readers drop files that
     vanished under them and move on; sampling fails only when the directory holds no readable file at all.
-    Files that are not trajectories (truncated, foreign `.npz` without the trajectory arrays) are skipped with
-    one warning each and counted (`Skipped Files`); FIFO files whose names carry no timestamp are never
+    Files that are not trajectories of this run (truncated, foreign `.npz` without the trajectory arrays, arrays
+    whose shapes, dtypes or lengths do not fit the run's spaces, NaN or inf values) are skipped with one warning
+    each naming the file and counted (`Skipped Files`); FIFO files whose names carry no timestamp are never
     trimmed (warned once, counted as `Misnamed FIFO Files`). Pickle-based `.traj` files are read only with
     `allow_pickle=True`.
     """
@@ -138,6 +144,7 @@ class DiskBuffer(Buffer):
         self.relabeler = relabeler
         self.allow_pickle = bool(allow_pickle)
         self.has_edit_rights = True
+        self.spec: TrajectorySpec | None = None
         self._skipped: set[str] = set()  # unreadable or foreign files (warned once each)
         self._misnamed: set[str] = set()  # FIFO files without a timestamp in their name (never trimmed)
         self._owner_fd: int | None = None
@@ -190,6 +197,9 @@ class DiskBuffer(Buffer):
         if removed:
             self.refresh()
         return removed
+
+    def expect(self, spec: TrajectorySpec) -> None:
+        self.spec = spec
 
     def owns_trimming(self) -> bool:
         """Whether this process is the buffer's trimming owner (takes ownership if nobody holds it)."""
@@ -278,6 +288,8 @@ class DiskBuffer(Buffer):
                 self._cache.move_to_end(path)
                 return traj
         traj = load_trajectory(path, allow_pickle=self.allow_pickle)
+        if self.spec is not None:
+            self.spec.check(traj)
         size = _nbytes(traj)
         with self._lock:
             if size <= self._cache_limit:
@@ -298,7 +310,8 @@ class DiskBuffer(Buffer):
             files = self._all_files
             if not files:
                 if refreshed:
-                    raise RuntimeError(f"the replay buffer at {self.dir} is empty (no readable trajectory files)")
+                    skipped = f", {len(self._skipped)} skipped (see the run's log)" if self._skipped else ""
+                    raise RunDirError(f"the replay buffer at {self.dir} has no usable trajectory files{skipped}")
                 self.refresh()  # every indexed file vanished (trimmed by another run): look again
                 refreshed = True
                 continue
@@ -312,7 +325,10 @@ class DiskBuffer(Buffer):
                 raise
             except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as e:
                 if path not in self._skipped:
-                    log.warning("skipping unreadable trajectory file %s: %s", path, e)
+                    if isinstance(e, BadTrajectory) and e.non_finite:  # corrupt data: said loudly, not only logged
+                        warnings.warn(f"skipping trajectory file {path}: {e}", stacklevel=2)
+                    what = "does not fit this run" if isinstance(e, BadTrajectory) else "is unreadable"
+                    log.warning("skipping trajectory file %s: it %s (%s)", path, what, e)
                     self._skipped.add(path)
                 self._drop(path)
                 continue

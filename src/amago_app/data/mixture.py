@@ -112,6 +112,10 @@ class MixtureBuffer(Buffer):
             d.refresh()
         self._update_readiness()
 
+    def expect(self, spec) -> None:
+        for d in self.datasets:
+            d.expect(spec)
+
     def _update_readiness(self) -> None:
         self._ready = [bool(d.ready_for_training) for d in self.datasets]
         for i, ready in enumerate(self._ready):

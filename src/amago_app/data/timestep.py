@@ -137,14 +137,16 @@ class Trajectory:
         for k, v in self.obs.items():
             if len(v) != t + 1:
                 problems.append(f"obs[{k!r}] has {len(v)} steps, expected {t + 1}")
-        if self.rl2s.shape[0] != t + 1 or self.rl2s.ndim != 2:
+        if self.rl2s.ndim != 2 or self.rl2s.shape[0] != t + 1:
             problems.append(f"rl2s shape {self.rl2s.shape}, expected ({t + 1}, 1+A)")
         if self.time_idxs.shape != (t + 1, 1):
             problems.append(f"time_idxs shape {self.time_idxs.shape}, expected ({t + 1}, 1)")
         if self.dones.shape != (t, 1):
             problems.append(f"dones shape {self.dones.shape}, expected ({t}, 1)")
-        if self.actions.shape[0] != t or self.actions.shape[1] != self.rl2s.shape[1] - 1:
-            problems.append(f"actions shape {self.actions.shape}, expected ({t}, {self.rl2s.shape[1] - 1})")
+        if (self.actions.ndim != 2 or self.rl2s.ndim != 2 or self.actions.shape[0] != t
+                or self.actions.shape[1] != self.rl2s.shape[1] - 1):
+            expected = f"({t}, {self.rl2s.shape[1] - 1})" if self.rl2s.ndim == 2 else f"({t}, A)"
+            problems.append(f"actions shape {self.actions.shape}, expected {expected}")
         if problems:
             raise ValueError("invalid trajectory: " + "; ".join(problems))
 
@@ -174,6 +176,59 @@ class Trajectory:
             dones=np.asarray(arrays["dones"]),
             actions=np.asarray(arrays["actions"]),
         )
+
+
+class BadTrajectory(ValueError):
+    """A trajectory (file) that does not match the run: wrong shapes, dtypes or lengths, or non-finite values."""
+
+    def __init__(self, message: str, non_finite: bool = False):
+        super().__init__(message)
+        self.non_finite = non_finite
+
+
+@dataclass(frozen=True)
+class TrajectorySpec:
+    """What every trajectory of a run must hold: its observation keys with the shape and dtype of one step, and
+    the action dimension A (built from the env's spaces by the trainer)."""
+
+    obs: dict[str, tuple[tuple[int, ...], str]]
+    """key -> (shape of one step, dtype string)."""
+    action_dim: int
+
+    def check(self, traj: "Trajectory") -> None:
+        """Raise BadTrajectory naming the first problem: arrays that are not numbers, observation keys, shapes or
+        dtypes other than the run's, lengths that do not fit together, NaN or inf values."""
+        fields_ = {f"obs[{k!r}]": v for k, v in traj.obs.items()}
+        fields_.update(rl2s=traj.rl2s, time_idxs=traj.time_idxs, rews=traj.rews, dones=traj.dones,
+                       actions=traj.actions)
+        for name, arr in fields_.items():
+            if arr.dtype.kind not in "biuf":
+                raise BadTrajectory(f"{name} has dtype {arr.dtype}, not numbers")
+        if set(traj.obs) != set(self.obs):
+            raise BadTrajectory(f"observation keys {sorted(traj.obs)}, the run's are {sorted(self.obs)}")
+        for key, (shape, dtype) in self.obs.items():
+            arr = traj.obs[key]
+            if arr.ndim < 1 or tuple(arr.shape[1:]) != tuple(shape):
+                raise BadTrajectory(f"obs[{key!r}] has steps of shape {tuple(arr.shape[1:])}, the run's are "
+                                    f"{tuple(shape)}")
+            if not np.can_cast(arr.dtype, np.dtype(dtype), "same_kind"):
+                raise BadTrajectory(f"obs[{key!r}] has dtype {arr.dtype}, the run's is {np.dtype(dtype)}")
+        for name in ("rl2s", "time_idxs", "rews", "dones", "actions"):
+            if fields_[name].ndim != 2:
+                raise BadTrajectory(f"{name} has shape {fields_[name].shape}, expected 2 dimensions (steps, values)")
+        t = len(traj.rews)
+        if traj.rews.shape != (t, 1):
+            raise BadTrajectory(f"rews shape {traj.rews.shape}, expected ({t}, 1)")
+        try:
+            traj.validate()
+        except ValueError as e:
+            raise BadTrajectory(str(e)) from None
+        if traj.actions.shape[1] != self.action_dim:
+            raise BadTrajectory(f"actions have {traj.actions.shape[1]} dimensions, the run's have {self.action_dim}")
+        for name, arr in fields_.items():
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise BadTrajectory(f"{name} holds non-finite values ({arr[~np.isfinite(arr)].reshape(-1)[0]})",
+                                    non_finite=True)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The vector env behind `AMAGOEnv` (one env per parallel actor), built for one of three modes.
 
-* `sync`: gymnasium `SyncVectorEnv`, in-process and sequential (cheap envs, debugging; best on 2 CPUs).
+* `sync`: gymnasium `SyncVectorEnv`, in-process and sequential (cheap envs, debugging; best on 2 CPUs); an env
+  that hangs in a step or reset fails after `step_timeout` seconds, naming the env and the step.
 * `async`: gymnasium `AsyncVectorEnv`, one worker process per actor; a crashed or hung worker raises in
   the learner (step timeout) instead of blocking it forever.
 * `already_vectorized`: `make_env()` itself returns a gymnasium `VectorEnv` with `num_envs == parallel_actors`
@@ -12,6 +13,9 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
+import threading
+import time
 from typing import Callable, Sequence
 
 import gymnasium as gym
@@ -20,8 +24,72 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.async_vector_env import AsyncState
 
 from amago_app.envs.wrapper import AMAGOEnv, ReportEnvName
+from amago_app.rundir import OneLineError
 
 ENV_MODES = ("sync", "async", "already_vectorized")
+
+
+class StepTimeout(OneLineError):
+    """An env did not return from a step (or reset) within env.step_timeout."""
+
+
+class TimeoutSyncVectorEnv(SyncVectorEnv):
+    """SyncVectorEnv whose step and reset give up after `step_timeout` seconds with one line naming the env and
+    its step (StepTimeout), instead of hanging the run, and a SIGTERM's stop, forever.
+
+    The deadline is a SIGALRM timer armed around each call: the main thread's Python code, sleeps and blocking
+    system calls are interrupted. It is off where no timer can be set (another thread, no `setitimer`). The
+    handler is installed at the first call and put back at `close` (a timer firing outside a step goes to the
+    handler that was there before), and the timer of someone else is given back what is left of it."""
+
+    def __init__(self, *args, step_timeout: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_timeout = step_timeout
+        self._in_call = False
+        self._installed = False
+        self._previous_handler = None
+
+    def _expire(self, signum, frame):
+        if not self._in_call:
+            if callable(self._previous_handler):
+                self._previous_handler(signum, frame)
+            return
+        env = ReportEnvName.active
+        what = "an env did not return from its step" if env is None else (
+            f"env {env.env_name!r} did not return from "
+            + (f"step {env._t + 1} of its episode" if env._t or env._in_step else "reset"))
+        raise StepTimeout(f"{what} within env.step_timeout={self.step_timeout:g}s; fix the env (or raise "
+                          "env.step_timeout)")
+
+    def _timed(self, call, *args, **kwargs):
+        if (not self.step_timeout or not hasattr(signal, "setitimer")
+                or threading.current_thread() is not threading.main_thread()):
+            return call(*args, **kwargs)
+        if not self._installed:  # (once: signal.getsignal per step would cost as much as a T-maze step)
+            self._previous_handler = signal.signal(signal.SIGALRM, self._expire)
+            self._installed = True
+        start = time.monotonic()
+        other, other_interval = signal.setitimer(signal.ITIMER_REAL, self.step_timeout)
+        self._in_call = True
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self._in_call = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if other:
+                signal.setitimer(signal.ITIMER_REAL, max(other - (time.monotonic() - start), 1e-3), other_interval)
+
+    def step(self, actions):
+        return self._timed(super().step, actions)
+
+    def reset(self, *args, **kwargs):
+        return self._timed(super().reset, *args, **kwargs)
+
+    def close_extras(self, **kwargs):
+        if self._installed and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, self._previous_handler)
+            self._installed = False
+        super().close_extras(**kwargs)
 
 
 class TimeoutAsyncVectorEnv(AsyncVectorEnv):
@@ -36,10 +104,13 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
         try:
             return self.step_wait(timeout=self.step_timeout)
         except (mp.TimeoutError, EOFError, BrokenPipeError, ConnectionResetError) as e:
-            why = f"did not answer within {self.step_timeout}s" if isinstance(e, mp.TimeoutError) else "died"
             self._abandon()
+            if isinstance(e, mp.TimeoutError):
+                raise StepTimeout(f"an async env worker did not return from its step within "
+                                  f"env.step_timeout={self.step_timeout:g}s; fix the env (or raise env.step_timeout; "
+                                  "env.mode=sync names the env and the step)") from e
             raise RuntimeError(
-                f"an async env worker {why}; check the env, or use env.mode=sync to see its traceback in-process"
+                "an async env worker died; check the env, or use env.mode=sync to see its traceback in-process"
             ) from e
 
     def _abandon(self) -> None:
@@ -87,7 +158,7 @@ def make_vector_env(
         raise ValueError(f"got {len(makers)} env factories for parallel_actors={num_actors}")
     fns = [_named(m, nan_to_num, env_name) for m in makers]
     if mode == "sync":
-        vec = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        vec = TimeoutSyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=step_timeout)
     else:
         vec = TimeoutAsyncVectorEnv(
             fns, context=mp_context, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=step_timeout

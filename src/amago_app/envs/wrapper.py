@@ -16,6 +16,8 @@ own within-task soft resets and only report the end of the whole trial. Info key
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -58,6 +60,7 @@ class ReportEnvName(gym.Wrapper):
         self._fallback = fallback  # the config's env.name, for envs that do not name themselves
         self.nan_to_num = nan_to_num
         self._t = 0
+        self._in_step = False  # (a step timeout names the step, a reset timeout the reset)
         space = env.observation_space
         parts = space.spaces.items() if isinstance(space, gym.spaces.Dict) else [(None, space)]
         self._boxes = {k: sub for k, sub in parts if isinstance(sub, gym.spaces.Box)}
@@ -82,9 +85,13 @@ class ReportEnvName(gym.Wrapper):
 
     def _check_obs(self, obs):
         for key, box in self._boxes.items():
+            if key is not None and (not isinstance(obs, Mapping) or key not in obs):
+                self._fail(f"an observation without key {key!r}", "its observation_space is a Dict with that key")
             x = obs if key is None else obs[key]
             arr = np.asarray(x)
             name = "the observation" if key is None else f"observation key {key!r}"
+            if arr.dtype.kind not in "biufc":
+                self._fail(f"{name} with dtype {arr.dtype} (not numbers)", f"its observation_space says {box.dtype}")
             if arr.shape != box.shape:
                 self._fail(f"{name} with shape {arr.shape}", f"its observation_space says {box.shape}")
             if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
@@ -99,23 +106,55 @@ class ReportEnvName(gym.Wrapper):
                     obs[key] = arr
         return obs
 
+    #: the env whose reset or step runs now in this process (what a step timeout names)
+    active: "ReportEnvName | None" = None
+
     def reset(self, **kwargs):
         self._t = 0
-        obs, info = self.env.reset(**kwargs)
+        self._in_step = False
+        ReportEnvName.active = self
+        out = self.env.reset(**kwargs)
+        if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], dict):
+            self._fail(f"{_kind(out)} from reset()", "gymnasium envs return (observation, info)")
+        obs, info = out
         obs = self._check_obs(obs)
         info["env_name"] = self.env_name
         return obs, info
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        ReportEnvName.active = self
+        self._in_step = True
+        out = self.env.step(action)
+        self._in_step = False
         self._t += 1
+        if not isinstance(out, tuple) or len(out) != 5:
+            self._fail(f"{_kind(out)} from step()", "gymnasium envs return (observation, reward, terminated, "
+                       "truncated, info); an old gym env returning 4 values needs gymnasium's compatibility wrapper")
+        obs, reward, terminated, truncated, info = out
         obs = self._check_obs(obs)
-        if not np.isfinite(reward):
-            if not self.nan_to_num:
-                self._fail(f"a non-finite reward ({reward})", _NAN_REMEDY)
-            reward = float(np.nan_to_num(reward))
+        reward = self._check_reward(reward)
+        for name, flag in (("terminated", terminated), ("truncated", truncated)):
+            if not isinstance(flag, (bool, np.bool_)) and not (isinstance(flag, (int, np.integer)) and flag in (0, 1)):
+                self._fail(f"{name}={flag!r}", f"{name} must be a bool")
+        if not isinstance(info, dict):
+            self._fail(f"info of type {type(info).__name__}", "info must be a dict")
         info["env_name"] = self.env_name
         return obs, reward, terminated, truncated, info
+
+    def _check_reward(self, reward) -> float:
+        arr = np.asarray(reward) if isinstance(reward, (numbers.Number, np.ndarray, np.generic)) else None
+        if arr is None or arr.dtype.kind not in "biuf" or arr.size != 1:
+            self._fail(f"a reward that is not a number ({reward!r:.60})", "the reward must be one int or float")
+        value = float(arr.reshape(-1)[0])
+        if not np.isfinite(value):
+            if not self.nan_to_num:
+                self._fail(f"a non-finite reward ({value})", _NAN_REMEDY)
+            value = float(np.nan_to_num(value))
+        return value
+
+
+def _kind(value) -> str:
+    return f"{len(value)} values" if isinstance(value, tuple) else f"a {type(value).__name__}"
 
 
 @dataclass

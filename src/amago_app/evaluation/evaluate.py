@@ -30,12 +30,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
-from amago_app.config.overrides import GROUPS, apply_overrides, trusted_run_config
+from amago_app.config.overrides import GROUPS, apply_overrides, check_config, trusted_run_config
 from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.interaction.build import build_agent, build_envs, env_seed
 from amago_app.interaction.rollout import Rollout, RolloutStats
 from amago_app.logging.curves import load_run, t95
-from amago_app.rundir import CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, locate, read_checkpoint
+from amago_app.rundir import (CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, atomic_write_new, locate,
+                              make_new_dir, read_checkpoint)
 
 VIDEO_FORMATS = ("mp4", "gif", "both")
 
@@ -195,7 +196,9 @@ def eval_config(run_dir: Path, overrides: Sequence[str], allow_targets: Sequence
         with open_dict(cfg):
             cfg.env = OmegaConf.create(OmegaConf.to_container(fresh.env, resolve=False))
         others = [x for x in others if not x.startswith("env.")]
-    return apply_overrides(cfg, others)
+    cfg = apply_overrides(cfg, others)
+    check_config(cfg, f"the config of {run_dir} with this command's overrides")  # e.g. trainer.batch_size=abc
+    return cfg
 
 
 # --- statistics ----------------------------------------------------------------------------------------------
@@ -231,9 +234,7 @@ def evaluate(path: str | Path, args: Sequence[str] = (), console=None) -> dict:
         return evaluate_sweep(path, runs, opts, overrides, console)
     run_dir, weights = weights_of(path, opts.checkpoint)
     summary = evaluate_run(run_dir, weights, opts, overrides, console)
-    out = Path(opts.output) if opts.output else run_dir / EVAL_DIR / f"eval_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
-    _write_json(out, summary)
-    summary["output"] = str(out)
+    summary["output"] = str(_write_json(opts.output, run_dir / EVAL_DIR, summary))
     if console is not None:
         print_run(console, summary)
     return summary
@@ -273,11 +274,18 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
         from amago_app.evaluation.video import record_videos
 
         v = opts.video
-        folder = Path(v.dir) if v.dir else run_dir / EVAL_DIR / f"videos_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-        summary["videos"] = [str(p) for p in record_videos(
-            cfg, agent, device, v.episodes, folder, fmt=v.format, fps=v.fps, sample=sample,
-            seed=env_seed(cfg, 0, "test") + opts.seed, max_steps=max_steps,
-        )]
+        # the default folder is new (videos_<time>-2 when another amago-eval took the name); removed if it stays empty
+        folder = (Path(v.dir) if v.dir
+                  else make_new_dir(run_dir / EVAL_DIR / f"videos_{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
+        try:
+            summary["videos"] = [str(p) for p in record_videos(
+                cfg, agent, device, v.episodes, folder, fmt=v.format, fps=v.fps, sample=sample,
+                seed=env_seed(cfg, 0, "test") + opts.seed, max_steps=max_steps,
+            )]
+        except BaseException:
+            if not v.dir and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+            raise
     return summary
 
 
@@ -298,18 +306,23 @@ def evaluate_sweep(sweep: Path, runs: list[Path], opts: EvalOptions, overrides: 
             console.print(f"evaluated {run.relative_to(sweep)} ({summary['label']}): {summary['episodes']} episodes")
     result = {"sweep_dir": str(sweep), "checkpoint": opts.checkpoint, "episodes_requested": opts.episodes,
               "runs": rows}
-    out = Path(opts.output) if opts.output else sweep / f"eval_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
-    _write_json(out, result)
-    result["output"] = str(out)
+    result["output"] = str(_write_json(opts.output, sweep, result))
     if console is not None:
         print_sweep(console, result)
     return result
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_json(output: str | None, folder: Path, obj: dict) -> Path:
+    """`output` if given (replaced atomically), else a new `eval_<time>.json` in `folder` that no other amago-eval
+    can take at the same second (`eval_<time>-2.json`, ...). Returns the path written."""
     text = json.dumps(obj, indent=2).encode()
-    atomic_write_bytes(path, lambda f: f.write(text))
+    if output:
+        path = Path(output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, lambda f: f.write(text))
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    return atomic_write_new(folder / f"eval_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json", lambda f: f.write(text))
 
 
 # --- tables --------------------------------------------------------------------------------------------------

@@ -20,11 +20,14 @@ import fnmatch
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+
+from amago_app.rundir import RunDirError, atomic_write_bytes, read_yaml
 
 X_AXES = ("total_frames", "gradient_steps", "wall_time", "epoch")
 X_LABELS = {"total_frames": "environment frames", "gradient_steps": "gradient steps",
@@ -79,7 +82,7 @@ class RunData:
             for name in (FORMER_SECTIONS.get(section), section):
                 f = self.path / "metrics" / f"{name}.jsonl"
                 if name is not None and f.is_file():
-                    rows += [{_renamed(k, name, section): v for k, v in r.items()} for r in _read_records(f)]
+                    rows += [{_renamed(k, name, section): v for k, v in r.items()} for r in read_records(f)]
             self._sections[section] = rows
         return self._sections[section]
 
@@ -102,22 +105,32 @@ class RunData:
         return xs, np.array([points[v] for v in xs], dtype=float)
 
 
+def parse_record(line: bytes) -> dict | None:
+    """One record of a metrics file; None for a line that is not a JSON object (cut by a crash, or garbage)."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def read_records(path: str | Path, warn: bool = True) -> list[dict]:
+    """The records of a metrics file that can be read ([] for a missing file). A last line cut short (a run still
+    writing, or killed) is skipped quietly; other lines that are not JSON objects (a damaged or foreign file) are
+    skipped with one warning naming the file."""
+    try:
+        lines = [ln for ln in Path(path).read_bytes().split(b"\n") if ln.strip()]
+    except FileNotFoundError:
+        return []
+    rows = [parse_record(ln) for ln in lines]
+    bad = sum(r is None for r in rows[:-1])
+    if warn and bad:
+        warnings.warn(f"{path}: skipped {bad} of {len(lines)} lines that are not JSON records", stacklevel=2)
+    return [r for r in rows if r is not None]
+
+
 def _renamed(key: str, old: str, new: str) -> str:
     return new + key[len(old):] if old != new and key.startswith(old + "/") else key
-
-
-def _read_records(path: Path) -> list[dict]:
-    out = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash or a run still writing
-    return out
 
 
 def _flatten(node, prefix: str = "") -> dict[str, object]:
@@ -132,18 +145,23 @@ def _flatten(node, prefix: str = "") -> dict[str, object]:
 
 
 def _load_yaml(path: Path):
-    import yaml  # a plain data loader: nothing in a run directory can run code
-
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
+    """A run's YAML as plain data (a bounded, safe loader: nothing in a run directory can run code or hang the
+    reader); a file that cannot be read is reported and counts as empty."""
+    try:
+        return read_yaml(path) or {}
+    except RunDirError as e:
+        warnings.warn(str(e), stacklevel=2)
+        return {}
 
 
 def load_run(path: str | Path) -> RunData:
     path = Path(path)
     cfg_file = next((path / n for n in ("config.resolved.yaml", "config.yaml") if (path / n).is_file()), None)
-    config = _flatten(_load_yaml(cfg_file)) if cfg_file else {}
+    config = _load_yaml(cfg_file) if cfg_file else {}
+    config = _flatten(config) if isinstance(config, Mapping) else {}
     ov_file = path / ".hydra" / "overrides.yaml"
-    overrides = [str(o) for o in (_load_yaml(ov_file) or [])] if ov_file.is_file() else []
+    overrides = _load_yaml(ov_file) if ov_file.is_file() else []
+    overrides = [str(o) for o in overrides] if isinstance(overrides, list) else []
     return RunData(path, config, overrides)
 
 
@@ -435,11 +453,12 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
 
 
 def save_figure(fig, out_stem: Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """Each file is written whole or not at all (two amago-plot at once never leave a mixed file)."""
     out_stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
         path = out_stem.with_suffix(f".{fmt}")
-        fig.savefig(path, format=fmt)
+        atomic_write_bytes(path, lambda f, fmt=fmt: fig.savefig(f, format=fmt))
         paths.append(path)
     return paths
 

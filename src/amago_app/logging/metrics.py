@@ -24,6 +24,9 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 
+from amago_app.logging.curves import parse_record
+from amago_app.rundir import atomic_write_bytes, read_yaml
+
 X_AXES = ("total_frames", "epoch", "gradient_steps", "wall_time")
 #: the x-axis TensorBoard steps and wandb charts use, per section (default: total_frames)
 STEP_AXIS = {"train-update": "gradient_steps"}
@@ -78,11 +81,8 @@ def sweep_job_names(sweep_dir: str | os.PathLike, job_num: int, job_overrides: S
     fixed: set[str] = set()
     saved = sweep_dir / "multirun.yaml"
     if saved.is_file():
-        import yaml
-
-        with open(saved) as f:
-            task = ((yaml.safe_load(f) or {}).get("hydra", {}).get("overrides", {}) or {}).get("task") or []
         try:
+            task = ((read_yaml(saved) or {}).get("hydra", {}).get("overrides", {}) or {}).get("task") or []
             fixed = {o.key_or_group for o in OverridesParser.create().parse_overrides(list(task))
                      if not o.is_sweep_override()}
         except Exception:  # an unparsable record names the job by all of its overrides
@@ -173,27 +173,24 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 def rollback_jsonl(run_dir: str | os.PathLike, epoch: int) -> int:
     """Resume: drop the metric records of epochs >= `epoch` (logged after the checkpoint being resumed, by the run
     that was abandoned) and any half-written last line, so every curve is one timeline. Returns rows dropped."""
-    from amago_app.rundir import atomic_write_bytes
-
     dropped = 0
     directory = Path(run_dir) / "metrics"
     if not directory.is_dir():
         return 0
     for path in sorted(directory.glob("*.jsonl")):
         keep = []
-        with open(path) as f:
-            lines = f.readlines()
+        lines = path.read_bytes().splitlines(keepends=True)
         for line in lines:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a crash
+            row = parse_record(line)
+            if row is None:  # a line cut by a crash (or not a record at all)
                 dropped += 1
                 continue
-            if row.get("epoch", 0) < epoch:
-                keep.append(line if line.endswith("\n") else line + "\n")
+            epoch_of = row.get("epoch", 0)
+            if isinstance(epoch_of, (int, float)) and epoch_of < epoch:
+                keep.append(line if line.endswith(b"\n") else line + b"\n")
             else:
                 dropped += 1
         if len(keep) != len(lines):
-            text = "".join(keep).encode()
+            text = b"".join(keep)
             atomic_write_bytes(path, lambda f, text=text: f.write(text))
     return dropped

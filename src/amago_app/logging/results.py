@@ -9,6 +9,7 @@ and for each config the mean and sample standard deviation of those over its see
 from __future__ import annotations
 
 import csv
+import io
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from amago_app.logging.curves import RunData, find_runs, group_runs
+from amago_app.rundir import atomic_write_bytes
 from amago_app.logging.curves import load_run as load_run_data
 
 #: the validation metric that summaries, sweeps and searches use
@@ -105,14 +107,16 @@ def write_summary(rows: Sequence[ConfigSummary], directory: str | Path, metric: 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = directory / "summary.json", directory / "summary.csv"
-    json_path.write_text(json.dumps({"metric": metric, "configs": [asdict(r) for r in rows]}, indent=2) + "\n")
-    with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
-        for r in rows:
-            d = asdict(r)
-            w.writerow([" ".join(map(str, d[c])) if c == "seeds" else ("" if d[c] is None else d[c])
-                        for c in CSV_COLUMNS])
+    text = (json.dumps({"metric": metric, "configs": [asdict(r) for r in rows]}, indent=2) + "\n").encode()
+    atomic_write_bytes(json_path, lambda f: f.write(text))
+    table = io.StringIO(newline="")
+    w = csv.writer(table)
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        d = asdict(r)
+        w.writerow([" ".join(map(str, d[c])) if c == "seeds" else ("" if d[c] is None else d[c])
+                    for c in CSV_COLUMNS])
+    atomic_write_bytes(csv_path, lambda f: f.write(table.getvalue().encode()))
     return json_path, csv_path
 
 

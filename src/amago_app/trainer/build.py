@@ -11,6 +11,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin, broadcast_object_list, set_seed
@@ -21,6 +22,7 @@ from amago_app.config.schema import BUFFER_KINDS
 from amago_app.data.buffer import Buffer, DiskBuffer, NoBuffer
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.data.timestep import TrajectorySpec
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.interaction.build import build, build_agent, build_envs, build_exploration, env_seed
 from amago_app.interaction.rollout import Rollout
@@ -43,6 +45,12 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
                          "buffer.allow_pickle=true (only for a buffer you trust) or use npz")
     return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb,
                       allow_pickle=b.allow_pickle)
+
+
+def trajectory_spec(envs: AMAGOEnv) -> TrajectorySpec:
+    """What the run's buffer files must hold: one step of every observation key, and the action dimension."""
+    return TrajectorySpec(obs={k: (tuple(space.shape), np.dtype(space.dtype).str)
+                               for k, space in envs.observation_space.items()}, action_dim=envs.action_dim)
 
 
 def build_buffer(cfg: DictConfig, run_dir: Path) -> Buffer:

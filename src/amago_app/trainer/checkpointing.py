@@ -9,16 +9,26 @@ safety" says when that is not possible). The files themselves are written and re
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import warnings
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
+from amago_app.logging.curves import read_records
 from amago_app.logging.metrics import rollback_jsonl
-from amago_app.rundir import EPOCH_DIR, Checkpoints, load_training_state
+from amago_app.logging.results import VAL_RETURN
+from amago_app.rundir import (ABANDONED_PREFIX, EPOCH_DIR, Checkpoints, OneLineError, RunDirError, atomic_write_bytes,
+                              intact, load_training_state, state_dict_differences)
 from amago_app.trainer.state import Part, TrainingState
+
+
+class StateMismatch(OneLineError):
+    """A saved training state does not fit what this config builds (another architecture, actor count, ...)."""
 
 
 def policy_weights(agent: torch.nn.Module) -> dict:
@@ -38,15 +48,59 @@ def save(state: TrainingState, ckpts: Checkpoints, epoch: int, rank: int, is_mai
     ckpts.save_training_state(epoch, rank, main, own, barrier=barrier, weights=weights)
 
 
-def _load(parts: dict[str, Part], saved: dict) -> list[str]:
+def best_record(ckpts: Checkpoints) -> dict | None:
+    """The record of `ckpts/best/` (epoch and validation return of the best weights). A record that is corrupt or
+    missing beside the weights is rebuilt from the validations in `metrics/val.jsonl` (the weights were chosen by
+    them), with a warning; if that is impossible too, the weights are set aside, never deleted, and a new best is
+    chosen from then on."""
+    ck = ckpts
+    try:
+        record = ck.read_best()
+        if record is not None or not ck.best.exists():
+            return record
+        problem = f"{ck.best_info} is missing"
+    except RunDirError as e:
+        problem = str(e)
+    validations = [r for r in read_records(ck.run_dir / "metrics" / "val.jsonl")
+                   if isinstance(r.get(VAL_RETURN), (int, float)) and np.isfinite(r[VAL_RETURN])
+                   and isinstance(r.get("epoch"), int)]
+    if validations and intact(ck.best):
+        top = max(validations, key=lambda r: r[VAL_RETURN])  # the first of equals: a later equal one never replaced it
+        record = {"epoch": top["epoch"], "val_return": float(top[VAL_RETURN]),
+                  "val_episodes": int(top.get("val/Episodes (All Processes)", 0)),
+                  "total_frames": top.get("total_frames", 0), "gradient_steps": top.get("gradient_steps", 0),
+                  "rebuilt_from": "metrics/val.jsonl"}
+        text = json.dumps(record, indent=2).encode()
+        atomic_write_bytes(ck.best_info, lambda f: f.write(text))
+        warnings.warn(f"{problem}: rebuilt it from metrics/val.jsonl (the best validation return "
+                      f"{record['val_return']:.4g}, epoch {record['epoch']}); the best weights are kept", stacklevel=2)
+        return record
+    why = "metrics/val.jsonl holds no validation" if intact(ck.best) else "its weights are truncated"
+    aside = ck.root / f"{ABANDONED_PREFIX}best-unverified-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(ck.best.parent, aside)
+    warnings.warn(f"{problem} and cannot be rebuilt ({why}): the best weights so far are kept in {aside}; "
+                  "the best is chosen anew from here on", stacklevel=2)
+    return None
+
+
+def _load(parts: dict[str, Part], saved: dict, state_dir: Path) -> list[str]:
     """Restore every part from `saved`, in order; returns the names of the parts it holds nothing for."""
     missing = []
     for name, part in parts.items():
         value = saved.get(name, saved.get(TrainingState.FORMER_NAMES.get(name, name)))
         if value is None:
             missing.append(name)
-        else:
+            continue
+        try:
             part.load_state_dict(value)
+        except Exception as e:  # noqa: BLE001 - whatever the part raises, the saved state does not fit it
+            if isinstance(e, OneLineError):
+                raise
+            current = part.state_dict() if isinstance(part, torch.nn.Module) else None
+            why = (state_dict_differences(value, current) if isinstance(value, dict) and current is not None
+                   else (str(e).splitlines()[0] if str(e) else type(e).__name__))
+            raise StateMismatch(f"the {name} saved in {state_dir} does not fit the one this config builds "
+                                f"({why})") from None
     return missing
 
 
@@ -54,12 +108,12 @@ def restore(state: TrainingState, state_dir: Path, rank: int) -> None:
     """Restore every part `save` wrote into `state_dir`. Parts with nothing saved start fresh: this process's own
     parts when the run was saved with fewer processes, a part that older versions did not save."""
     main, own = load_training_state(state_dir, rank)
-    missing = _load(state.shared, main)
+    missing = _load(state.shared, main, state_dir)
     if own is None:
         print(f"warning: rank{rank}.pt missing in {state_dir} (saved with {main['num_processes']} processes); "
               "this process starts fresh RNG, rollouts and exploration")
     else:
-        missing += _load(state.per_process, own)
+        missing += _load(state.per_process, own, state_dir)
     if missing:
         warnings.warn(f"{state_dir} holds no {', '.join(missing)}: starting fresh", stacklevel=2)
 
@@ -68,6 +122,7 @@ def make_timeline(ckpts: Checkpoints, state_dir: Path, epoch: int, weights: dict
     """Main process, after a restore from `state_dir` (whose counters say `epoch` epochs were done): the resumed
     state becomes the run's only timeline. What newer epochs saved is set aside, metric rows logged after it are
     rolled back, and `latest/` holds its weights."""
+    best_record(ckpts)  # a corrupt best record is rebuilt before newer epochs are set aside by it
     match = EPOCH_DIR.match(state_dir.name)
     if match:
         moved = ckpts.abandon_newer_than(int(match.group(1)))

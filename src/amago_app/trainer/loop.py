@@ -34,6 +34,7 @@ from amago_app.trainer.build import (
     build_rollouts,
     build_training_state,
     shared_run_dir,
+    trajectory_spec,
 )
 from amago_app.trainer.checkpointing import LatestWeights, policy_weights
 from amago_app.trainer.guard import NonFiniteGuard, TrainingDiverged
@@ -67,6 +68,7 @@ class Trainer:
         self.recorder, self.exploration = self.train_rollout.recorder, self.train_rollout.exploration
         self.buffer = build_buffer(cfg, self.run_dir)
         self.buffer.configure(has_edit_rights=has_edit_rights(cfg))
+        self.buffer.expect(trajectory_spec(self.train_envs))  # files that do not fit are skipped and counted
         self.loader = build_loader(cfg, self.buffer, self.actor_rank, self.device)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
@@ -77,7 +79,8 @@ class Trainer:
                                           self.counters, self.train_rollout, self.val_rollout, self.buffer)
 
         self.guard = NonFiniteGuard(acc, t.max_nonfinite_updates, t.mixed_precision)
-        self.stop = StopRequest()  # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
+        # Ctrl-C / SIGTERM: finish the step, save, return (trainer/stopping.py)
+        self.stop = StopRequest(last_saved=self._last_saved)
         self._val_episodes = 0
         self._last_loss: float | None = None  # of the last logged update (the console's epoch line)
         self._last_val: float | None = None
@@ -226,7 +229,7 @@ class Trainer:
 
     def _keep_best(self, val_return: float) -> None:
         """ckpts/best/policy.pt: the weights with the highest validation return so far (`checkpoint=best`)."""
-        best, c = self.ckpts.read_best(), self.counters
+        best, c = checkpointing.best_record(self.ckpts), self.counters
         if best is None or val_return > best["val_return"]:
             self.ckpts.write_best(policy_weights(self.agent), {
                 "epoch": c.epoch, "val_return": float(val_return), "val_episodes": self._val_episodes,
@@ -323,7 +326,16 @@ class Trainer:
 
     # --- stopping on request -------------------------------------------------------------------------
     def _interrupted(self) -> bool:
-        return bool(self.stop)
+        if self.stop:
+            self.stop.note()
+            return True
+        return False
+
+    def _last_saved(self) -> str:
+        state = self.ckpts.latest_state_dir()
+        if state is None:
+            return "no training state was saved yet"
+        return f"the last saved training state {state} is intact; continue with:\n  {self.resume_command()}"
 
     def _catch_stop_signals(self) -> None:
         """Ctrl-C / SIGTERM stop the run with its state saved (trainer/stopping.py): single-process runs only."""

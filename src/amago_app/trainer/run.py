@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Sequence
@@ -9,8 +10,10 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import setup
-from amago_app.config.overrides import apply_overrides, record_command, trusted_run_config
-from amago_app.rundir import Checkpoints, RunLock, find_training_state, run_dir_of_state, save_config
+from amago_app.config.overrides import apply_overrides, check_config, record_command, trusted_run_config
+from amago_app.rundir import (HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock, claim_fresh_run_dir,
+                              describe_os_error, filesystem_error, find_training_state, run_dir_of_state, save_config)
+from amago_app.trainer import checkpointing
 from amago_app.trainer.loop import Trainer
 
 
@@ -20,6 +23,45 @@ def _take_run_dir(run_dir: Path) -> RunLock:
     lock.acquire()
     Checkpoints(run_dir).clean_leftovers()
     return lock
+
+
+def _flat(cfg: DictConfig) -> dict[str, object]:
+    try:
+        tree = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - an unresolvable interpolation is compared as written
+        tree = OmegaConf.to_container(cfg, resolve=False)
+    out: dict[str, object] = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(tree, "")
+    return out
+
+
+def changed_keys(saved: DictConfig, now: DictConfig) -> list[str]:
+    """`key: saved -> now` for every config value this resume changes (`resume` itself aside)."""
+    before, after = _flat(saved), _flat(now)
+    return [f"{k}: {before.get(k)} -> {after.get(k)}" for k in sorted(set(before) | set(after))
+            if k != "resume" and before.get(k) != after.get(k)]
+
+
+def _restore(trainer: Trainer, state_dir: Path, changes: list[str]) -> None:
+    """Load the saved state; when it does not fit what this command's overrides build, say which keys differ."""
+    try:
+        trainer.resume(state_dir)
+    except Exception as e:  # noqa: BLE001 - re-raised unless this command's changes explain it
+        if (not changes or (isinstance(e, OneLineError) and not isinstance(e, checkpointing.StateMismatch))
+                or filesystem_error(e) is not None):
+            raise
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
+        raise RunDirError(f"cannot continue {state_dir} with this command's changes to the saved config ({shown}): "
+                          f"{reason}; resume without changing them, or start a new run") from None
 
 
 def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), argv: Sequence[str] | None = None) -> dict:
@@ -40,15 +82,17 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
                 lock = _take_run_dir(run_dir)
             state_dir = find_training_state(cfg.resume)  # again: clean-up may have restored a half-published state
             saved = trusted_run_config(run_dir, overrides, cfg.get("allow_targets") or [])
-            cfg = apply_overrides(saved, overrides)
+            cfg = apply_overrides(saved.copy(), overrides)
+            check_config(cfg, f"the config of {run_dir} with this command's overrides")
+            changes = changed_keys(saved, cfg)
             with open_dict(cfg):
                 cfg.resume = str(state_dir)
         else:
             cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation must resolve before anything starts
+        if is_main and lock is None:  # a new run: never in a directory that holds a run or other files
+            run_dir, lock = claim_fresh_run_dir(run_dir, allowed=HYDRA_ENTRIES)
         run_dir.mkdir(parents=True, exist_ok=True)
-        if is_main and lock is None:
-            lock = _take_run_dir(run_dir)
         if cfg.trainer.get("mode") == "async":  # collector processes + this process as the learner
             from amago_app.trainer.asynchronous import AsyncLearner
 
@@ -56,12 +100,34 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
         else:
             trainer = Trainer(cfg, run_dir)
         if state_dir is not None:
-            trainer.resume(state_dir)
+            _restore(trainer, state_dir, changes)
         if trainer.is_main:
             if state_dir is None:
                 save_config(cfg, trainer.run_dir)
             record_command(trainer.run_dir, overrides, state_dir, argv)
         return trainer.learn()
+    except Exception as e:
+        refused = filesystem_error(e)
+        if refused is None or isinstance(e, OneLineError) or not is_main:
+            raise
+        raise RunDirError(_refused_write_message(refused, run_dir)) from e
     finally:
         if lock is not None:
             lock.release()
+
+
+def _refused_write_message(e: OSError, run_dir: Path) -> str:
+    """A write the machine refused (full disk, read-only directory) stops the run: say which file, that the saved
+    state is intact (every state is published whole or not at all), and how to continue."""
+    fix = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some space (disk quota)",
+           errno.EROFS: f"make {run_dir} writable again", errno.EACCES: f"make {run_dir} writable again",
+           errno.EPERM: f"make {run_dir} writable again"}.get(e.errno, "fix that")
+    try:
+        state = Checkpoints(run_dir).latest_state_dir()
+    except OSError:
+        state = None
+    if state is None:
+        return (f"cannot write {describe_os_error(e)}; the run stopped before saving a training state: {fix}, then "
+                "start it again")
+    return (f"cannot write {describe_os_error(e)}; the run stopped and its last saved training state {state} is "
+            f"intact: {fix}, then continue with amago-train resume={run_dir}")

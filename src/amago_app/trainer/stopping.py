@@ -5,6 +5,11 @@ job, e.g. SLURM at the end of a time limit or on preemption) ends the current ph
 the loop then saves a training state and returns, and `amago-train` exits with 130 (SIGINT) or 143 (SIGTERM)
 after printing the `resume=` command. A second Ctrl-C quits at once without saving.
 
+A SIGTERM must end the run within seconds, also when the loop never gets to see the request (an env stuck in
+a step, a hung call): if the loop has not taken note of it within `ACK_SECONDS`, the process exits with 143
+without saving this epoch. Nothing is lost by that: training states are published whole or not at all, so the
+last saved one is intact (and named in the message), and the next start clears what the exit left half-written.
+
 Only single-process runs started from the main thread install the handlers: DDP ranks would have to agree on
 the step at which they stop (their launcher forwards signals at different times), so they rely on their
 periodic checkpoints (trainer.ckpt_interval).
@@ -12,24 +17,50 @@ periodic checkpoints (trainer.ckpt_interval).
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+from typing import Callable
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+#: seconds the loop has to take note of a SIGTERM before the process exits without saving this epoch
+ACK_SECONDS = 5.0
 
 
 class StopRequest:
     """Set by SIGINT / SIGTERM while installed; `bool(request)` says whether the run should stop."""
 
-    def __init__(self) -> None:
+    def __init__(self, last_saved: Callable[[], str] | None = None) -> None:
         self.signal: str | None = None  # "SIGINT" or "SIGTERM" once requested
         self._previous: dict[int, object] = {}
+        self._noted = threading.Event()
+        self._last_saved = last_saved  # says where the last saved state is (and how to resume it)
 
     def __bool__(self) -> bool:
         return self.signal is not None
 
+    def note(self) -> None:
+        """The loop saw the request and is on its way to saving: no forced exit."""
+        self._noted.set()
+
+    def _exit_unless_noted(self) -> None:
+        if self._noted.wait(ACK_SECONDS):
+            return
+        where = ""
+        if self._last_saved is not None:
+            try:
+                where = "; " + self._last_saved()
+            except Exception:  # noqa: BLE001 - the exit must happen whatever the description does
+                where = ""
+        print(f"SIGTERM: the run did not reach a point where it can save within {ACK_SECONDS:g}s (a step of an env "
+              f"or of training does not return); exiting without saving this epoch{where}", file=sys.stderr,
+              flush=True)
+        os._exit(EXIT_CODES["SIGTERM"])
+
     def install(self) -> None:
         self.signal = None
+        self._noted.clear()
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -49,3 +80,5 @@ class StopRequest:
             how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
             print(f"\n{how}: stopping after this step and saving a training state (Ctrl-C again: quit without "
                   "saving)", flush=True)
+            if signum == signal.SIGTERM:  # a scheduler will not wait: leave within seconds in any case
+                threading.Thread(target=self._exit_unless_noted, name="amago-sigterm", daemon=True).start()
