@@ -214,6 +214,79 @@ def test_multitask_critic_options(kind, critic):
     assert "Critic Argmax Bin Mean (test gamma)" in metrics
 
 
+@pytest.mark.filterwarnings("ignore:std")  # one critic: the ensemble-std metric has no spread
+def test_multitask_per_action_critic_matches_a_float64_loop_reference():
+    """The discrete per-action layout, transition by transition in float64: the target is the exact expectation
+    sum_a pi'(a|s') Q'(s', a) of the target critics' bin values, the label its two-hot code, the loss the
+    cross-entropy of the *taken* action's logits; the BC advantage is Q(s, a_data) - sum_a pi(a|s) Q(s, a)."""
+    torch.manual_seed(0)
+    agent = make_agent(MultiTaskAgent, "discrete", num_critics=1, num_critics_td=1, online_coeff=0.0,
+                       offline_coeff=1.0, reward_multiplier=2.0).double()
+    for p in agent.target_critics.parameters():  # targets differ from the online critics
+        p.data.add_(0.05 * torch.randn_like(p))
+    batch = random_batch(ACTION_SPACES["discrete"], obs_space())
+    batch = type(batch)(**{k: (v.double() if torch.is_tensor(v) and v.is_floating_point() else
+                               {o: x.double() for o, x in v.items()} if isinstance(v, dict) else v)
+                           for k, v in vars(batch).items()})
+    captured = {}
+    real = agent._filtered_bc
+    agent._filtered_bc = lambda dist, a_buf, adv: (captured.setdefault("adv", adv), real(dist, a_buf, adv))[1]
+    agent.eval()  # no input-normalizer update: the reference below sees the same encoder
+    _, metrics = agent(batch, log_step=True)
+    with torch.no_grad():
+        s, mask = agent._encode(batch)
+        logits = agent.critics(s)  # (B, T+1, 1, G, n, bins)
+        target_logits = agent.target_critics(s)
+        probs = agent.actor(s).probs  # (B, T+1, G, n)
+        target_probs = agent.target_actor(s).probs
+        centers = agent.critics.bin_centers.double()
+        returns = torch.sign(centers) * (torch.exp(centers.abs()) - 1)  # the return of each symlog bin
+
+        def value(lg):  # bins -> expected return
+            return (torch.softmax(lg, -1) * returns).sum()
+
+        B, T, G, n = 3, 5, agent.num_gammas, 3
+        total, count, adv_ref = 0.0, 0.0, torch.zeros(B, T, G)
+        for b in range(B):
+            for t in range(T):
+                if not mask[b, t, 0]:
+                    continue
+                a = int(batch.actions[b, t].argmax())
+                for g in range(G):
+                    gamma = float(agent.gammas[g])
+                    v_next = sum(float(target_probs[b, t + 1, g, i]) * float(value(target_logits[b, t + 1, 0, g, i]))
+                                 for i in range(n))
+                    y = 2.0 * float(batch.rews[b, t, 0]) + gamma * (1.0 - float(batch.dones[b, t, 0])) * v_next
+                    label = agent.critics.labels(torch.tensor(y, dtype=torch.float64))
+                    total += -float((label * torch.log_softmax(logits[b, t, 0, g, a], -1)).sum())
+                    count += 1
+                    q = [float(value(logits[b, t, 0, g, i])) for i in range(n)]
+                    adv_ref[b, t, g] = q[a] - sum(float(probs[b, t, g, i]) * q[i] for i in range(n))
+    assert abs(float(metrics["Critic Loss"].detach()) - total / (count + 1e-5)) < 1e-6
+    m = mask.bool().expand(B, T, G)
+    torch.testing.assert_close(captured["adv"][..., 0][m], adv_ref.double()[m], rtol=1e-6, atol=1e-6)
+
+
+def test_per_action_critic_layout_is_checked():
+    with pytest.raises(ValueError, match="discrete_layout"):
+        NCriticsTwoHot(state_dim=4, action_dim=2, discrete=True, gammas=torch.tensor([0.9]), min_return=-1.0,
+                       max_return=1.0, discrete_layout="per_gamma")
+    critic = NCriticsTwoHot(state_dim=4, action_dim=3, discrete=True, gammas=torch.tensor([0.5, 0.9]),
+                            num_critics=2, d_hidden=8, min_return=-10.0, max_return=10.0, output_bins=16,
+                            init_value=2.0)
+    out = critic(torch.randn(5, 7, 4))
+    assert out.shape == (5, 7, 2, 2, 3, 16)  # (B, L, C, G, n, bins)
+    continuous = NCriticsTwoHot(state_dim=4, action_dim=3, discrete=False, gammas=torch.tensor([0.5, 0.9]),
+                                num_critics=2, d_hidden=8, min_return=-10.0, max_return=10.0, output_bins=16,
+                                init_value=2.0)
+    assert continuous.takes_actions
+    # init_value sets every (critic, gamma, action) block of the output bias as it sets the action-input one
+    expected = continuous.to_value(continuous.out.bias.detach())  # (C, 1, 1)
+    assert abs(float(expected.mean()) - 2.0) < 1.0  # 16 coarse symlog bins: near, not at, the value
+    torch.testing.assert_close(critic.to_value(critic.out.bias.view(2, 2, 3, 16).detach()),
+                               expected.view(2, 1, 1, 1).expand(2, 2, 3, 1))
+
+
 def test_critic_types_are_checked():
     with pytest.raises(ValueError, match="multitask"):
         make_agent(Agent, "continuous", critic=partial(NCriticsTwoHot, min_return=-1.0, max_return=1.0))
@@ -262,12 +335,17 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
     assert agent.actor(torch.randn(1, 1, 16)).mode().shape == (1, 1, 1, 2)  # one policy per gamma
 
 
-@pytest.mark.parametrize("agent_name,kind,k_actor_seen,k_critic_seen", [
-    ("agent", "continuous", 3, 2), ("agent", "discrete", None, None),
-    ("multitask", "continuous", 3, 2), ("multitask", "discrete", 3, 2), ("multitask", "multibinary", 3, 2),
+@pytest.mark.parametrize("agent_name,kind,layout,k_actor_seen,k_critic_seen", [
+    ("agent", "continuous", None, 3, 2), ("agent", "discrete", None, None, None),
+    ("multitask", "continuous", None, 3, 2), ("multitask", "discrete", "per_action", None, None),
+    ("multitask", "discrete", "action_input", 3, 2), ("multitask", "multibinary", None, 3, 2),
 ])
-def test_action_samples_k(agent_name, kind, k_actor_seen, k_critic_seen):
-    agent = make_agent(AGENTS[agent_name], kind, num_actions_for_value_in_critic_loss=2,
+def test_action_samples_k(agent_name, kind, layout, k_actor_seen, k_critic_seen):
+    critic = None
+    if layout is not None:
+        critic = partial(NCriticsTwoHot, d_hidden=16, min_return=-100.0, max_return=100.0, output_bins=24,
+                         discrete_layout=layout)
+    agent = make_agent(AGENTS[agent_name], kind, critic=critic, num_actions_for_value_in_critic_loss=2,
                        num_actions_for_value_in_actor_loss=3)
     calls = {"online": [], "target": []}
     agent.critics.register_forward_pre_hook(
@@ -275,8 +353,7 @@ def test_action_samples_k(agent_name, kind, k_actor_seen, k_critic_seen):
     agent.target_critics.register_forward_pre_hook(
         lambda m, args, kwargs: calls["target"].append(args[1].shape[0] if len(args) > 1 else None), with_kwargs=True)
     run(agent, random_batch(ACTION_SPACES[kind], obs_space()), backward=False)
-    if k_actor_seen is None:  # discrete Agent: exact expectations from Q(s, .), no samples
-        assert agent.k_actor == agent.k_critic == 1
+    if k_actor_seen is None:  # per-action discrete critics: exact expectations from Q(s, .), no samples
         assert calls == {"online": [None], "target": [None]}
     else:
         assert k_actor_seen in calls["online"] and calls["target"] == [k_critic_seen]
@@ -407,6 +484,10 @@ def test_critic_loss_formula(agent_name, kind, monkeypatch):
     batch = random_batch(ACTION_SPACES[kind], obs_space())
     _, metrics = run(agent, batch, backward=False)
     q_data, y = outputs[0][0], captured["y"]  # first online call: the buffer actions, K = 1
+    if not agent.critics.takes_actions:  # per-action logits (B, T+1, C, G, n, bins): the buffer action's row
+        taken = batch.actions.argmax(-1)  # (B, T)
+        q_data = torch.stack([torch.stack([outputs[0][b, t, :, :, taken[b, t]] for t in range(5)])
+                              for b in range(3)])
     mask = (batch.rl2s[:, 1:] != 4.0).any(-1, keepdim=True).view(3, 5, 1, 1, 1)
     if agent_name == "agent":
         per = (agent.popart(q_data) - agent.popart.normalize_values(y).unsqueeze(2)).square()

@@ -319,7 +319,7 @@ def test_labels_round_trip(use_symlog, label_type):
     labels = critic.labels(y)
     assert labels.shape == (len(y), 64) and (labels >= 0).all()
     torch.testing.assert_close(labels.sum(-1), torch.ones(len(y)))
-    back = bins_to_value(labels, critic.bin_centers, use_symlog)[:, 0]
+    back = bins_to_value(labels, critic.bin_values)[:, 0]
     f = symlog if use_symlog else (lambda x: x)
     z_true = f(y.clamp(lo, hi))
     z_back = f(back)
@@ -338,6 +338,20 @@ def test_twohot_exact_split():
     out = twohot_labels(torch.tensor([1.25, -5.0, 3.0, 7.0, 2.0]), centers)
     expected = torch.tensor([[0, 0.75, 0.25, 0], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 1, 0]])
     torch.testing.assert_close(out, expected.float())
+
+
+def test_value_of_a_bin_distribution_is_its_expected_return():
+    """A critic unsure between returns 0 and 10 (labels mixed 50/50) values the state at 5, the mean return; the
+    symlog-space mean symexp((symlog(0) + symlog(10)) / 2) = 2.32 would rank it below a sure 4. Two-hot labels
+    are exact in return space on the unevenly spaced symlog bins."""
+    critic = NCriticsTwoHot(4, 2, False, torch.tensor([0.9]), num_critics=1, min_return=-20.0, max_return=20.0)
+    y = torch.tensor([0.0, 10.0, 4.0, 3.3, -7.9])
+    labels = critic.labels(y)
+    torch.testing.assert_close(bins_to_value(labels, critic.bin_values)[:, 0], y)  # exact, not within a bin
+    risky = critic.to_value((0.5 * labels[0] + 0.5 * labels[1]).log())
+    sure = critic.to_value(labels[2].log())
+    torch.testing.assert_close(risky, torch.tensor([5.0]))
+    assert risky > sure
 
 
 def test_hlgauss_matches_normal_cdf():
@@ -361,7 +375,8 @@ def test_init_value_sets_expected_value(init_value):
     err = (symlog(v) - symlog(torch.tensor(init_value))).abs().max()
     assert err < 2 * critic.bin_width
     plain = NCriticsTwoHot(8, A, False, gammas, **kw)
-    assert (symlog(plain.to_value(plain(s, a))) - symlog(torch.tensor(init_value))).abs().min() > 1.0
+    plain_err = (symlog(plain.to_value(plain(s, a))) - symlog(torch.tensor(init_value))).abs()
+    assert plain_err.mean() > 3 * err and plain_err.mean() > 0.4  # without it the outputs are elsewhere
 
 
 def test_twohot_defaults_warn():

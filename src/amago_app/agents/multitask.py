@@ -3,12 +3,15 @@
 
 Differences from `Agent`:
 
-* critics are distributional (`NCriticsTwoHot`): logits over return bins for [state, gamma, action], trained
-  by cross-entropy against two-hot / HL-Gauss labels of the n-step target y (raw scale, the same labels for
-  every ensemble member); PopArt statistics are tracked for logging and the optional online term only;
-* discrete policies are `DiscreteLikeContinuous` (one-hot samples, straight-through Gumbel `rsample`), so
-  every value is estimated from action samples: the target with K_c samples of pi' on s[:, 1:], the BC
-  baseline V(s) with K_a samples of pi (K_a = 3 by default);
+* critics are distributional (`NCriticsTwoHot`): logits over return bins, trained by cross-entropy against
+  two-hot / HL-Gauss labels of the n-step target y (raw scale, the same labels for every ensemble member);
+  PopArt statistics are tracked for logging and the optional online term only;
+* discrete policies are `DiscreteLikeContinuous` (one-hot samples, straight-through Gumbel `rsample`);
+* values of policies: with a critic that takes the action as input (continuous actions, or the discrete
+  `action_input` layout) they are sample estimates: the target with K_c samples of pi' on s[:, 1:], the BC
+  baseline V(s) with K_a samples of pi (K_a = 3 by default). With the discrete `per_action` layout (the
+  default for discrete actions) the critic gives a bin distribution for every action at once, so the values
+  are exact expectations sum_a pi(a|s) Q(s, a) under the probability vector, as in the Agent;
 * the actor is trained mainly by filtered BC (offline_coeff = 1, online_coeff = 0): weights f(A) with
   A = mean_C Q(s, a_data) - mean_{K_a, C} Q(s, a ~ pi), and log pi of the *hard* buffer action;
 * optional online term: K_a `rsample`s through frozen-parameter critics on the detached state, scalar value,
@@ -57,9 +60,12 @@ class MultiTaskAgent(Agent):
                              f"got {type(actor.dist).__name__}")
 
     def _check_critic(self, critics: nn.Module) -> None:
-        if not (getattr(critics, "distributional", False) and getattr(critics, "takes_actions", False)):
-            raise ValueError(f"the MultiTaskAgent needs an action-conditioned distributional critic with "
-                             f"`to_value` and `labels` (NCriticsTwoHot), got {type(critics).__name__}")
+        if not getattr(critics, "distributional", False):
+            raise ValueError(f"the MultiTaskAgent needs a distributional critic with `to_value` and `labels` "
+                             f"(NCriticsTwoHot), got {type(critics).__name__}")
+        if not (self.discrete or getattr(critics, "takes_actions", False)):
+            raise ValueError(f"{type(critics).__name__} gives per-action outputs, which only a discrete action "
+                             "space has; continuous and multibinary actions need an action-conditioned critic")
 
     def _policy_is_differentiable(self) -> bool:
         return self.actor.dist.has_rsample
@@ -70,7 +76,10 @@ class MultiTaskAgent(Agent):
     # --- learning -----------------------------------------------------------------------------------
     def _critic_terms(self, batch: Batch, s: torch.Tensor, mask: torch.Tensor, a_crit: torch.Tensor, dist,
                       log_step: bool) -> CriticTerms:
-        """Two-hot / HL-Gauss classification critics on raw-scale targets, sample-based values of the policy."""
+        """Two-hot / HL-Gauss classification critics on raw-scale targets, sample-based values of the policy
+        (exact expectations with a per-action discrete critic)."""
+        if not self.critics.takes_actions:
+            return self._per_action_critic_terms(batch, s, mask, a_crit, dist, log_step)
         mask_g = mask.unsqueeze(2)
         logits_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, bins)
         with torch.no_grad():
@@ -99,5 +108,46 @@ class MultiTaskAgent(Agent):
         if log_step:
             with torch.no_grad():
                 top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
+                metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
+        return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)
+
+    def _per_action_critic_terms(self, batch: Batch, s: torch.Tensor, mask: torch.Tensor, a_crit: torch.Tensor,
+                                 dist, log_step: bool) -> CriticTerms:
+        """The discrete `per_action` layout: logits (B, L, C, G, n, bins) for every action from one pass over
+        the state; values of a policy are exact expectations over its probability vector."""
+        mask_g = mask.unsqueeze(2)
+        logits_all = self.critics(s)  # (B, T+1, C, G, n, bins)
+        B, T = mask.shape[:2]
+        C, G, bins = logits_all.shape[2], logits_all.shape[3], logits_all.shape[-1]
+        taken = a_crit[:, :-1].argmax(-1)  # (B, T, G): the buffer's action index (clipping keeps the argmax)
+        index = taken[:, :, None, :, None, None].expand(B, T, C, G, 1, bins)
+        logits_data = logits_all[:, :-1].gather(4, index).squeeze(4)  # (B, T, C, G, bins)
+        with torch.no_grad():
+            q_all = self.critics.to_value(logits_all)[..., 0]  # (B, T+1, C, G, n) raw scale
+            q_data = q_all[:, :-1].gather(4, taken[:, :, None, :, None].expand(B, T, C, G, 1))  # (B, T, C, G, 1)
+            s_next = s[:, 1:].detach()
+            actor_next = self.target_actor if self.use_target_actor else self.actor
+            next_probs = self.policy(actor_next, s_next, batch.obs, slice(1, None)).probs  # (B, T, G, n)
+            q_next_all = self.target_critics.to_value(self.target_critics(s_next))[..., 0]  # (B, T, C, G, n)
+            q_next = (q_next_all * next_probs.unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
+            y = self._td_targets(batch, self._redq(q_next), mask)  # (B, T, G, 1)
+            self.popart.update_stats(y, mask_g)
+            labels = self.critics.labels(y[..., 0])  # (B, T, G, bins)
+        ce = -(labels.unsqueeze(2) * F.log_softmax(logits_data.float(), dim=-1)).sum(-1, keepdim=True)
+        critic_loss = masked_mean(ce, mask_g.unsqueeze(2))
+
+        # V(s) = sum_a pi(a|s) Q(s, a): critic values without gradient; the online term's gradient flows
+        # through the probabilities only
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
+            v_pi = (q_all[:, :-1] * dist.probs[:, :-1].unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
+        online_term = None
+        if self.online_coeff > 0:
+            online_term = -self.online_coeff * self.popart.normalize_values(v_pi.min(2).values)
+        with torch.no_grad():
+            adv = q_data.mean(2) - v_pi.mean(2)
+        metrics = {}
+        if log_step:
+            with torch.no_grad():
+                top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)
                 metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
         return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)

@@ -271,6 +271,9 @@ class TwoHotCriticConfig(CriticConfig):
     """HL-Gauss std in bin widths."""
     init_value: Optional[float] = None
     """Initial prediction of every critic (output bias = Gaussian log-profile around it); null = random."""
+    discrete_layout: str = "per_action"
+    """Discrete actions: per_action (state in, one bin distribution per action out; values of a policy are exact
+    expectations) | action_input (the one-hot action is an input, AMAGO-2's layout; values from samples)."""
 
 
 @dataclass

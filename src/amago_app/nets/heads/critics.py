@@ -7,9 +7,12 @@ input) is multiplied once instead of K*G times; the result is identical to conca
 * `NCritics` (the Agent's critic): scalar outputs. For discrete actions it sees the state only and outputs
   Q(s, .) for every gamma; the value of an action vector is its dot product with Q(s, .), so feeding the
   policy's probability vector gives V(s) exactly. Continuous and multibinary actions are inputs.
-* `NCriticsTwoHot` (the MultiTaskAgent's critic): always action-conditioned (discrete actions as one-hot
-  vectors); outputs logits over `output_bins` return bins, trained by cross-entropy against two-hot or
-  HL-Gauss labels of the TD target, so the loss does not depend on the return scale.
+* `NCriticsTwoHot` (the MultiTaskAgent's critic): logits over `output_bins` return bins, trained by
+  cross-entropy against two-hot or HL-Gauss labels of the TD target, so the loss does not depend on the return
+  scale. Continuous and multibinary actions are inputs. Discrete actions follow `discrete_layout`:
+  `per_action` (default) sees the state only and outputs one bin distribution per action, like `NCritics`;
+  `action_input` takes the one-hot action as an input (AMAGO-2's layout), which must learn the state x action
+  interaction inside its MLP before action values separate (scripts/bench_critic_fit.py measures the gap).
 
 Critic interface (custom critics: `agent.critic._target_=my_pkg.MyCritic`): constructed with
 `(state_dim, action_dim, discrete, gammas, num_critics)`; `forward(state (B, L, D), actions (K, B, L, G, A) or
@@ -154,17 +157,17 @@ class NCritics(_CriticEnsemble):
 
 
 # --- distributional (two-hot / HL-Gauss) helpers -----------------------------------------------------------
-def twohot_labels(z: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
-    """Two-hot encoding of transformed values z (...) on uniformly spaced `centers` (bins,) -> (..., bins).
-    The mass is split between the two neighbouring centres inversely to distance, so sum p_i c_i = z exactly
-    inside the range; values outside it go to the edge bin."""
-    bins = centers.numel()
-    width = (centers[-1] - centers[0]) / (bins - 1)
-    pos = ((z - centers[0]) / width).clamp(0.0, bins - 1.0)
-    lower = pos.floor().clamp(max=bins - 2)
-    frac = pos - lower
-    lower = lower.long()
-    out = torch.zeros(*z.shape, bins, dtype=z.dtype, device=z.device)
+def twohot_labels(x: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """Two-hot encoding of values x (...) on ascending bin values `points` (bins,) -> (..., bins). The mass is
+    split between the two neighbouring points inversely to distance, so sum p_i points_i = x exactly inside the
+    range; values outside it go to the edge bin. The points need not be evenly spaced (symlog bins are not, in
+    return space)."""
+    bins = points.numel()
+    x = x.clamp(points[0], points[-1])
+    lower = (torch.searchsorted(points, x.contiguous(), right=True) - 1).clamp(0, bins - 2)
+    lo, hi = points[lower], points[lower + 1]
+    frac = ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
+    out = torch.zeros(*x.shape, bins, dtype=x.dtype, device=x.device)
     out.scatter_(-1, lower.unsqueeze(-1), (1.0 - frac).unsqueeze(-1))
     out.scatter_add_(-1, (lower + 1).unsqueeze(-1), frac.unsqueeze(-1))
     return out
@@ -182,18 +185,21 @@ def hlgauss_labels(z: torch.Tensor, centers: torch.Tensor, sigma: float) -> torc
     return mass / mass.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
-def bins_to_value(probs: torch.Tensor, centers: torch.Tensor, use_symlog: bool) -> torch.Tensor:
-    """Expected value of bin probabilities (..., bins) -> (..., 1), mapped back from the transformed space."""
-    z = (probs * centers).sum(-1, keepdim=True)
-    return symexp(z) if use_symlog else z
+def bins_to_value(probs: torch.Tensor, bin_values: torch.Tensor) -> torch.Tensor:
+    """Expected return of bin probabilities (..., bins) -> (..., 1): sum_i p_i v_i with v_i the return of bin i.
+
+    Not f^-1(sum_i p_i c_i) of the transformed centres c_i: for an uncertain return that is a mean in symlog
+    space, biased toward zero (a 50/50 chance of 0 or 10 would be worth symexp(symlog(10) / 2) = 2.3, not 5),
+    which ranks a risky action below a safe one of lower value."""
+    return (probs * bin_values).sum(-1, keepdim=True)
 
 
 class NCriticsTwoHot(_CriticEnsemble):
     """Ensemble of distributional critics over `output_bins` return bins, per discount factor.
 
-    Inputs are always [state, gamma feature, action] (discrete actions as one-hot vectors; `discrete` is
-    accepted for interface compatibility only). Bin centres are `linspace(f(min_return), f(max_return), bins)`
-    with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
+    Inputs are [state, gamma feature, action], except for discrete actions with `discrete_layout="per_action"`:
+    then the input is the state and the output holds `output_bins` logits for every (gamma, action). Bin centres
+    are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
     `reward_multiplier`). `init_value` starts every critic's prediction near that value. `ensemble`:
     num_critics, d_hidden, n_layers, dropout_p, activation (`_CriticEnsemble`).
     """
@@ -213,8 +219,11 @@ class NCriticsTwoHot(_CriticEnsemble):
         label_type: str = "twohot",
         sigma: float = 0.75,
         init_value: float | None = None,
+        discrete_layout: str = "per_action",
         **ensemble,
     ):
+        if discrete_layout not in ("per_action", "action_input"):
+            raise ValueError(f"discrete_layout must be 'per_action' or 'action_input', got {discrete_layout!r}")
         if min_return is None:
             warnings.warn("NCriticsTwoHot: min_return not set, using -100_000 (set agent.critic.min_return to the "
                           "lowest scaled return for finer bins)", stacklevel=2)
@@ -231,13 +240,21 @@ class NCriticsTwoHot(_CriticEnsemble):
             raise ValueError(f"label_type must be 'twohot' or 'hlgauss', got {label_type!r}")
         if sigma <= 0:
             raise ValueError(f"sigma must be > 0, got {sigma}")
-        super().__init__(state_dim, action_dim, discrete, gammas, **ensemble, d_out=output_bins, takes_actions=True)
+        # per-action outputs: Q(s, .) for every action from the state alone (discrete action spaces only)
+        per_action = discrete and discrete_layout == "per_action"
+        super().__init__(state_dim, action_dim, discrete, gammas, **ensemble,
+                         d_out=len(gammas) * action_dim * output_bins if per_action else output_bins,
+                         takes_actions=not per_action)
+        self.discrete_layout = discrete_layout
         self.min_return, self.max_return = float(min_return), float(max_return)
         self.output_bins, self.use_symlog = output_bins, use_symlog
         self.label_type, self.sigma = label_type, sigma
         lo, hi = (symlog(torch.tensor([self.min_return, self.max_return])) if use_symlog
                   else torch.tensor([self.min_return, self.max_return]))
         self.register_buffer("bin_centers", torch.linspace(float(lo), float(hi), output_bins), persistent=False)
+        # the return each bin stands for (bins are evenly spaced in the transformed space, not in returns)
+        self.register_buffer("bin_values", symexp(self.bin_centers) if use_symlog else self.bin_centers.clone(),
+                             persistent=False)
         if init_value is not None:
             self.set_init_value(init_value)
 
@@ -250,22 +267,38 @@ class NCriticsTwoHot(_CriticEnsemble):
 
     @torch.no_grad()
     def set_init_value(self, value: float) -> None:
-        """Output bias = log of a Gaussian profile (std 4 bins) centred at f(value)."""
-        z0 = self.transform(torch.tensor(float(value)))
-        profile = -0.5 * ((self.bin_centers - z0) / (4.0 * self.bin_width)).square()
-        self.out.bias.copy_(profile.to(self.out.bias).expand_as(self.out.bias))
+        """Output bias = log of a Gaussian profile (std 4 bins) whose expected return is `value` (its centre is
+        found by bisection: on symlog bins a profile centred at f(value) is worth more than value)."""
+        target = float(torch.tensor(float(value)).clamp(self.min_return, self.max_return))
 
-    def forward(self, state: torch.Tensor, actions: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
-        """state (B, L, D), actions (K, B, L, G, A) -> logits (K, B, L, C, G, bins)."""
+        def profile(z0: float) -> torch.Tensor:
+            return -0.5 * ((self.bin_centers - z0) / (4.0 * self.bin_width)).square()
+
+        lo, hi = float(self.bin_centers[0]) - 8 * self.bin_width, float(self.bin_centers[-1]) + 8 * self.bin_width
+        for _ in range(60):  # the expected return grows with the centre
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if float(self.to_value(profile(mid))) < target else (lo, mid)
+        bias = self.out.bias.view(self.num_critics, 1, -1, self.output_bins)  # every (gamma, action) block
+        bias.copy_(profile(0.5 * (lo + hi)).to(bias).expand_as(bias))
+
+    def forward(self, state: torch.Tensor, actions: torch.Tensor | None = None,
+                detach_params: bool = False) -> torch.Tensor:
+        """Per-action layout: state (B, L, D) -> logits (B, L, C, G, n, bins).
+        Otherwise: state (B, L, D), actions (K, B, L, G, A) -> logits (K, B, L, C, G, bins)."""
+        if not self.takes_actions:
+            b, l, _ = state.shape
+            out = self._trunk(self._state_part(state, detach_params), detach_params)  # (C, B*L, G*n*bins)
+            out = out.view(self.num_critics, b, l, self.num_gammas, self.action_dim, self.output_bins)
+            return out.permute(1, 2, 0, 3, 4, 5)
         return self._action_forward(state, actions, detach_params)
 
     def to_value(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits (..., bins) -> expected value in return space (..., 1)."""
-        return bins_to_value(F.softmax(logits.float(), dim=-1), self.bin_centers, self.use_symlog)
+        return bins_to_value(F.softmax(logits.float(), dim=-1), self.bin_values)
 
     def labels(self, y: torch.Tensor) -> torch.Tensor:
         """Targets y (...) in return space -> label distributions (..., bins)."""
-        z = self.transform(y.float())
-        if self.label_type == "twohot":
-            return twohot_labels(z, self.bin_centers)
-        return hlgauss_labels(z, self.bin_centers, self.sigma)
+        y = y.to(self.bin_centers.dtype)  # float32 (bf16 targets would coarsen the labels)
+        if self.label_type == "twohot":  # exact in return space: sum_i label_i v_i = y
+            return twohot_labels(y, self.bin_values)
+        return hlgauss_labels(self.transform(y), self.bin_centers, self.sigma)
