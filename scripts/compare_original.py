@@ -110,7 +110,7 @@ BASE = {
     "trainer.lr_warmup_steps": 200,
     "trainer.grad_clip": 1.0,
     "trainer.l2_coeff": 0.001,
-    "trainer.mixed_precision": "no",
+    "trainer.mixed_precision": "auto",
     "trainer.log_interval": 50,
 }
 
@@ -160,7 +160,8 @@ AGENTS = {
         "agent.offline_coeff": 0.1,
         "agent.num_actions_for_value_in_actor_loss": 1,
     },
-    "multitask": {  # the original's MultiTaskAgent: two-hot critics on (state, action), filtered BC actor
+    "multitask": {  # the original's MultiTaskAgent: two-hot critics, filtered BC actor. For discrete actions
+        # amago_app's critic outputs one distribution per action, the original's takes the action as input
         "agent._target_": "amago_app.agents.multitask.MultiTaskAgent",
         "agent.critic._target_": "amago_app.nets.heads.critics.NCriticsTwoHot",
         "agent.actor.discrete_dist_type._target_": "amago_app.nets.heads.distributions.DiscreteLikeContinuous",
@@ -170,6 +171,7 @@ AGENTS = {
         "agent.critic.label_type": "twohot",
         "agent.critic.sigma": 0.75,
         "agent.critic.init_value": None,
+        "agent.critic.discrete_layout": "per_action",
         "agent.online_coeff": 0.0,
         "agent.offline_coeff": 1.0,
         "agent.num_actions_for_value_in_actor_loss": 3,
@@ -383,6 +385,8 @@ ROWS = {
 # its DiskTrajDataset; "gin:<configurable>.<param>": a gin binding ("{agent}", "{critic}", "{traj}" name the
 # row's classes); "class:" settings choose a class (checked against CLASSES below); "same:<value>": the
 # original has no such setting and behaves as amago_app does with this value (the value is checked);
+# "own:<value>": the original has no such setting and behaves as amago_app does with <value>, while amago_app's
+# preset may differ on purpose (the difference is written into original.json);
 # "env:" / "exploration:" / "val:" are built by this script (see the functions below).
 TRANSLATION = {
     "tstep_encoder._target_": "class:tstep",
@@ -422,6 +426,7 @@ TRANSLATION = {
     "agent.actor.discrete_dist_type.gumbel_temperature":
         "gin:amago.nets.policy_dists.DiscreteLikeContinuous.gumbel_softmax_temperature",
     "agent.critic._target_": "class:critic",
+    "agent.critic.discrete_layout": "own:action_input",  # the original's two-hot critic takes the action as input
     **{f"agent.critic.{k}": f"gin:{{critic}}.{k}"
        for k in ("d_hidden", "n_layers", "dropout_p", "activation", "min_return", "max_return", "output_bins",
                  "use_symlog", "label_type", "sigma", "init_value")},
@@ -492,6 +497,9 @@ NOT_SETTINGS = (
     "trainer.collector_threads", "trainer.utd_ratio", "trainer.utd_slack", "trainer.policy_from",
     "trainer.force_reset_train_envs_every", "trainer.val_both_modes", "trainer.max_nonfinite_updates",
     "trainer.compile", "trainer.compile_mode", "trainer.cpu", "trainer.threads",
+    # one process runs each side here (auto: off below 4 cores); on a larger machine pass
+    # --override trainer.overlap_collection=false to amago-bench for a like-for-like comparison
+    "trainer.overlap_collection",
 )
 
 
@@ -608,6 +616,20 @@ def _make_env_factory(settings: dict):
     raise ValueError(f"env.make._target_={kind!r}: no builder for the original")
 
 
+def cpu_precision(cpuinfo: str | None = None) -> str:
+    """`trainer.mixed_precision=auto` on a CPU, decided as amago_app decides it (trainer/hardware.py): bf16 where
+    /proc/cpuinfo lists a native bf16 flag, else no. Written out here because this script runs without amago_app."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
+    except OSError:
+        return "no"
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return "bf16" if {"avx512_bf16", "amx_bf16", "bf16"} & set(value.split()) else "no"
+    return "no"
+
+
 def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) -> dict:
     """The original's configuration for `settings`: gin bindings, Experiment and dataset keywords, classes
     (`discrete`: the env's actions; `rollout_len`: steps of one of its episodes)."""
@@ -629,9 +651,13 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
             experiment[target[11:]] = value
         elif target.startswith("dataset."):
             dataset[target[8:]] = value
+        elif target.startswith("own:"):
+            pass  # nothing to set: the original always behaves as the value after "own:" (see describe)
         elif target.startswith("same:"):
             if str(value) != target[5:]:
                 raise ValueError(f"{key}={value!r}: the original has no such setting (it behaves as {target[5:]})")
+    if experiment.get("mixed_precision") == "auto":  # as amago_app decides it on this machine's CPU
+        experiment["mixed_precision"] = cpu_precision()
     if experiment.get("traj_save_len") is None:
         experiment.pop("traj_save_len", None)  # the original's default saves whole trajectories
     if "attention" in classes:
@@ -783,7 +809,15 @@ def describe(row: str, memory_free: bool, settings: dict, torch_compile: bool) -
     ]
     if not torch_compile:
         notes.append("the original's torch.compile decorators are off (TORCHDYNAMO_DISABLE=1): the same math, "
-                     "run eagerly as amago_app runs by default (trainer.compile: false)")
+                     "run eagerly as amago_app runs on CPU by default (trainer.compile: auto compiles on CUDA only)")
+    for key, value in settings.items():
+        target = TRANSLATION.get(key, "")
+        if target.startswith("own:") and str(value) != target[4:]:
+            notes.append(f"{key}: amago_app runs {value!r}, the original has no such setting and behaves as "
+                         f"{target[4:]!r} (a difference amago_app keeps on purpose)")
+    if settings.get("agent.critic._target_") == "amago_app.nets.heads.critics.NCriticsTwoHot":
+        notes.append("two-hot critics: amago_app values a distribution over bins by its expected return "
+                     "(sum of p_i * symexp(c_i)), the original by symexp of its mean in symlog space")
     if settings.get("traj_encoder.attention") == "sdpa":
         notes.append("attention: the original's VanillaAttention (its flash-attn default needs a GPU): the same "
                      "math as amago_app's sdpa")

@@ -159,3 +159,13 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     assert seed["finished"] and seed["validations"] == 3 and seed["env_steps"] == 2 * 2 * 60
     assert seed["updates"] == 2 * 3 and set(seed["modes"]) == {"greedy", "sampled"}
     assert "| original AMAGO | greedy (val) | 0 | 0/1 |" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize("flags,native", [("fpu sse avx512f avx512_bf16", True), ("fpu amx_bf16", True),
+                                          ("fp asimd bf16", True), ("fpu sse avx2 avx512f", False), ("", False)])
+def test_auto_precision_is_decided_as_amago_app_decides_it(script, flags, native):
+    from amago_app.trainer.hardware import choose_precision, cpu_flags
+
+    cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n" if "asimd" not in flags else f"Features\t: {flags}\n"
+    ours = choose_precision("auto", "cpu", cpu_flags(cpuinfo), cuda_bf16=False).value
+    assert script.cpu_precision(cpuinfo) == ours == ("bf16" if native else "no")
