@@ -246,6 +246,7 @@ ROWS = {
             "env.horizon": None,
             "env.id": "CartPole-v1",
             "max_seq_len": 32,
+            "agent.n_step": 3,
             "env.traj_save_len": 512,
             "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
             "exploration.eps_start": 1.0,
