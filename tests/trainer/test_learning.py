@@ -55,19 +55,21 @@ def test_cartpole_learns(tmp_path):
     assert returns[0] < 40 and max(returns) > 100, returns
 
 
-def test_multitask_agent_learns_the_tmaze_corridor(tmp_path):
-    """The MultiTaskAgent row, reduced (corridor 10, 8 epochs): discrete actions through the clipped one-hot
-    policy, two-hot critics, filtered BC. It learns what the data shows often: walk the corridor without a wasted
-    move (return -1 -> 0) and enter an arm. At this budget it does not learn the memory-dependent arm choice
-    (docs/benchmarks.md, "MultiTaskAgent"), so the assertion is about the corridor, which breaks if the critic,
-    the advantage filter or the BC term break."""
-    overrides = ["+experiment=bench/multitask_discrete", "env.horizon=10", "trainer.epochs=8",
-                 "trainer.val_interval=2", "logger.verbose=false", "trainer.log_interval=1000"]
+def test_multitask_agent_learns_the_tmaze(tmp_path):
+    """The MultiTaskAgent row, reduced (corridor 10, 16 epochs, fp32 as measured): discrete actions through the
+    clipped one-hot policy, per-action HL-Gauss critics on linear bins, filtered BC. It must learn the
+    memory-dependent arm choice (success 1.0 after 1,200 updates in seeds 0 and 1, docs/benchmarks.md); with the
+    previous symlog two-hot critic it entered one arm only (success 0.47-0.59, the share of goals on that side),
+    so a critic, filter or BC term that stops carrying the cue fails this."""
+    overrides = ["+experiment=bench/multitask_discrete", "env.horizon=10", "trainer.epochs=16",
+                 "trainer.val_interval=2", "trainer.mixed_precision=no", "logger.verbose=false",
+                 "trainer.log_interval=1000"]
     train(compose_config(overrides, tiny=False), tmp_path / "run")
     rows = read_jsonl(tmp_path / "run" / "metrics" / "val.jsonl")
     returns = [r["val/Average Total Return in TMazePassive-H10"] for r in rows]
+    success = [r["val/Average Success in TMazePassive-H10"] for r in rows]
     assert returns[0] <= -0.9, returns  # untrained: it never reaches the junction in time
-    assert all(r >= 0.0 for r in returns[1:]) and max(returns) >= 0.4, returns
+    assert max(success) >= 0.95 and success[-1] >= 0.9, success
 
 
 def test_pendulum_learns(tmp_path):
