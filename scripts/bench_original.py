@@ -115,7 +115,16 @@ def bench_loop(args, tmp: Path) -> dict:
     steps, batches = args.loop_steps, args.loop_updates
     exp = make_experiment(args, tmp, "loop", corridor + 1, corridor, steps, batches)
     ups, fps = [], []
-    for epoch in range(3):  # collect -> buffer housekeeping -> updates, as one epoch of learn()
+    filled = 0
+    while not exp.dataset.ready_for_training:  # untimed: episodes longer than an epoch must reach the disk first
+        exp.epoch = filled
+        exp.collect_new_training_data()
+        exp.dataset.on_end_of_collection(experiment=exp)
+        filled += 1
+        if filled > 100:
+            raise SystemExit("bench_original: loop: the buffer is still not ready for training after 100 epochs")
+    exp.init_dloaders()
+    for epoch in range(filled, filled + 3):  # collect -> buffer housekeeping -> updates, as one epoch of learn()
         exp.epoch = epoch
         start = time.perf_counter()
         exp.collect_new_training_data()

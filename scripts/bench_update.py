@@ -112,7 +112,15 @@ def bench_loop(args, tmp: Path) -> list[dict]:
         f"trainer.train_batches_per_epoch={batches}", *args.override])
     trainer._open_outputs()
     ups, fps = [], []
-    for epoch in range(3):  # collect -> store -> update, as Trainer.run_epoch does
+    filled = 0
+    while not trainer.buffer.ready_for_training:  # untimed: episodes longer than an epoch must reach the disk first
+        trainer.counters.epoch = filled
+        trainer.collect()
+        trainer.store()
+        filled += 1
+        if filled > 100:
+            raise SystemExit("bench_update: loop: the buffer is still not ready for training after 100 epochs")
+    for epoch in range(filled, filled + 3):  # collect -> store -> update, as Trainer.run_epoch does
         trainer.counters.epoch = epoch
         fps.append(trainer.collect())
         trainer.store()
