@@ -185,7 +185,7 @@ def shared_flags(args) -> list[str]:
 def run_side(impl: str, args) -> list[dict]:
     """One measurement of one side in its own process; its JSON rows."""
     if impl == "amago_app":
-        cmd = [sys.executable, str(HERE / "bench_update.py"), "--worker", *shared_flags(args), *args.override]
+        cmd = [sys.executable, str(HERE / "bench_update.py"), "--worker", *shared_flags(args), "--", *args.override]  # "--": --contexts takes several values
     else:
         cmd = [args.original_python, str(HERE / "bench_original.py"), "--original", args.original,
                *shared_flags(args), *(["--smoke"] if args.smoke else [])]
