@@ -188,6 +188,29 @@ RELATIVE_ANNEAL = "exploration.steps_anneal_fraction_of_run"
 # One row per amago-bench row. `rollout_len`: steps of one episode (meta-rollout) of the row's env: the original
 # validates a number of steps per actor, so it is given (val_episodes / parallel_actors) rollouts' worth.
 # `notes`: where the original cannot express the preset exactly, and what was chosen instead.
+# Pendulum-v1 as both Pendulum rows run it (the Agent's and the MultiTaskAgent's).
+PENDULUM = {
+    "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
+    "env.horizon": None,
+    "env.id": "Pendulum-v1",
+    "max_seq_len": 16,
+    "env.traj_save_len": 512,
+    "agent.gamma": 0.99,
+    "agent.use_multigamma": False,
+    "agent.reward_multiplier": 1.0,
+    "agent.num_critics": 2,
+    "agent.critic.d_hidden": 128,
+    "agent.actor.d_hidden": 128,
+    "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
+    "exploration.eps_start": 1.0,
+    "exploration.eps_end": 0.05,
+    RELATIVE_ANNEAL: 0.5,
+    "exploration.randomize_eps": True,
+    "trainer.epochs": 50,
+    "trainer.train_batches_per_epoch": 200,
+    "trainer.val_interval": 5,
+}
+
 ROWS = {
     "tmaze_h50": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
@@ -261,54 +284,12 @@ ROWS = {
     },
     "pendulum": {
         "traj": "ff", "agent": "agent", "baseline": False, "rollout_len": 200,
-        "settings": {
-            "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
-            "env.horizon": None,
-            "env.id": "Pendulum-v1",
-            "max_seq_len": 16,
-            "env.traj_save_len": 512,
-            "agent.gamma": 0.99,
-            "agent.use_multigamma": False,
-            "agent.reward_multiplier": 1.0,
-            "agent.num_critics": 2,
-            "agent.critic.d_hidden": 128,
-            "agent.actor.d_hidden": 128,
-            "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.05,
-            RELATIVE_ANNEAL: 0.5,
-            "exploration.randomize_eps": True,
-            "trainer.epochs": 50,
-            "trainer.train_batches_per_epoch": 200,
-            "trainer.val_interval": 5,
-        },
+        "settings": PENDULUM,
         "notes": [],
     },
-    "multitask_continuous": {
+    "multitask_continuous": {  # the pendulum row with the MultiTaskAgent: bins over its return range
         "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 200,
-        "settings": {
-            "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
-            "env.horizon": None,
-            "env.id": "Pendulum-v1",
-            "max_seq_len": 16,
-            "env.traj_save_len": 512,
-            "agent.gamma": 0.99,
-            "agent.use_multigamma": False,
-            "agent.reward_multiplier": 1.0,
-            "agent.num_critics": 2,
-            "agent.critic.d_hidden": 128,
-            "agent.actor.d_hidden": 128,
-            "agent.critic.min_return": -2000.0,
-            "agent.critic.max_return": 100.0,
-            "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.05,
-            RELATIVE_ANNEAL: 0.5,
-            "exploration.randomize_eps": True,
-            "trainer.epochs": 50,
-            "trainer.train_batches_per_epoch": 200,
-            "trainer.val_interval": 5,
-        },
+        "settings": {**PENDULUM, "agent.critic.min_return": -2000.0, "agent.critic.max_return": 100.0},
         "notes": [],
     },
     "multitask_discrete": {

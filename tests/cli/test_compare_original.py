@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from amago_app.cli.bench import TASKS
+from amago_app.trainer.run import flat_config
 from conftest import compose_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_original.py"
@@ -32,17 +32,7 @@ def script():
 
 
 def _leaves(cfg) -> dict:
-    out = {}
-
-    def walk(node, prefix):
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(v, f"{prefix}{k}.")
-        else:
-            out[prefix[:-1]] = node
-
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
-    return out
+    return flat_config(cfg)
 
 
 def _variants(script):

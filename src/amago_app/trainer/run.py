@@ -25,7 +25,8 @@ def _take_run_dir(run_dir: Path) -> RunLock:
     return lock
 
 
-def _flat(cfg: DictConfig) -> dict[str, object]:
+def flat_config(cfg: DictConfig) -> dict[str, object]:
+    """Every leaf of a config as dotted key -> value (resolved where it resolves)."""
     try:
         tree = OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # noqa: BLE001 - an unresolvable interpolation is compared as written
@@ -45,7 +46,7 @@ def _flat(cfg: DictConfig) -> dict[str, object]:
 
 def changed_keys(saved: DictConfig, now: DictConfig) -> list[str]:
     """`key: saved -> now` for every config value this resume changes (`resume` itself aside)."""
-    before, after = _flat(saved), _flat(now)
+    before, after = flat_config(saved), flat_config(now)
     return [f"{k}: {before.get(k)} -> {after.get(k)}" for k in sorted(set(before) | set(after))
             if k != "resume" and before.get(k) != after.get(k)]
 
