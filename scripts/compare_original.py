@@ -211,6 +211,23 @@ PENDULUM = {
     "trainer.val_interval": 5,
 }
 
+# The POPGym rows' settings but for the env's name.
+POPGYM = {
+    "env.make._target_": "amago_app.envs.suites.popgym.POPGymEnv",
+    "env.make.truncated_is_done": True,
+    "env.horizon": 64,
+    "max_seq_len": 64,
+    "env.traj_save_len": 64,
+    "agent.reward_multiplier": 100.0,
+    "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
+    "exploration.eps_start": 1.0,
+    "exploration.eps_end": 0.05,
+    RELATIVE_ANNEAL: 0.5,
+    "exploration.randomize_eps": True,
+    "trainer.epochs": 30,
+    "trainer.val_interval": 5,
+}
+
 ROWS = {
     "tmaze_h50": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
@@ -325,43 +342,13 @@ ROWS = {
     },
     "popgym_repeat_previous": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {
-            "env.make._target_": "amago_app.envs.suites.popgym.POPGymEnv",
-            "env.id": "RepeatPreviousEasy",
-            "env.make.truncated_is_done": True,
-            "env.horizon": 64,
-            "max_seq_len": 64,
-            "env.traj_save_len": 64,
-            "agent.reward_multiplier": 100.0,
-            "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.05,
-            RELATIVE_ANNEAL: 0.5,
-            "exploration.randomize_eps": True,
-            "trainer.epochs": 30,
-            "trainer.val_interval": 5,
-        },
+        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy"},
         "notes": ["the env is the original's POPGym wrapper (observation + a timer / 1000); amago_app's own "
                   "wrapper is built the same way"],
     },
     "popgym_count_recall": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {
-            "env.make._target_": "amago_app.envs.suites.popgym.POPGymEnv",
-            "env.id": "CountRecallEasy",
-            "env.make.truncated_is_done": True,
-            "env.horizon": 64,
-            "max_seq_len": 64,
-            "env.traj_save_len": 64,
-            "agent.reward_multiplier": 100.0,
-            "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.05,
-            RELATIVE_ANNEAL: 0.5,
-            "exploration.randomize_eps": True,
-            "trainer.epochs": 30,
-            "trainer.val_interval": 5,
-        },
+        "settings": {**POPGYM, "env.id": "CountRecallEasy"},
         "notes": ["the env is the original's POPGym wrapper (see popgym_repeat_previous)"],
     },
 }
