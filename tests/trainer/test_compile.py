@@ -27,7 +27,9 @@ def _three_updates(trainer: Trainer, batches) -> tuple[dict, list[torch.Tensor]]
 def test_compiled_update_matches_eager(tmp_path, monkeypatch):
     # inductor draws random numbers with its own generator unless told to use eager's (dropout, action samples)
     monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
-    common = ["buffer.fixed_length=true", "seed=3"]
+    # fp32 on both sides: under bf16 autocast (what mixed_precision=auto picks on a CPU with native bf16) eager and
+    # inductor round differently, so their weights part after a few steps by far more than fp32's tolerance
+    common = ["buffer.fixed_length=true", "seed=3", "trainer.mixed_precision=no"]
     eager = Trainer(compose_config(common), tmp_path / "eager")
     try:
         eager._open_outputs()
