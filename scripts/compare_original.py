@@ -787,7 +787,8 @@ def describe(row: str, memory_free: bool, settings: dict, torch_compile: bool) -
         if target.startswith("own:") and str(value) != target[4:]:
             notes.append(f"{key}: amago_app runs {value!r}, the original has no such setting and behaves as "
                          f"{target[4:]!r} (a difference amago_app keeps on purpose)")
-    if settings.get("agent.critic._target_") == "amago_app.nets.heads.critics.NCriticsTwoHot":
+    if (settings.get("agent.critic._target_") == "amago_app.nets.heads.critics.NCriticsTwoHot"
+            and settings.get("agent.critic.use_symlog")):  # on linear bins both are the expected return
         notes.append("two-hot critics: amago_app values a distribution over bins by its expected return "
                      "(sum of p_i * symexp(c_i)), the original by symexp of its mean in symlog space")
     if settings.get("traj_encoder.attention") == "sdpa":
