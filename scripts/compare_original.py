@@ -228,6 +228,17 @@ POPGYM = {
     "trainer.val_interval": 5,
 }
 
+# The T-maze rows' exploration: the original's T-maze example recipe (corridor noise, 100k-step anneal).
+CORRIDOR_EXPLORATION = {
+    "exploration._target_": "amago_app.interaction.exploration.CorridorEpsilonGreedy",
+    "exploration.eps_start": 1.0,
+    "exploration.eps_end": 0.01,
+    "exploration.steps_anneal": 100000,
+    "exploration.randomize_eps": True,
+    "exploration.decision_steps": 3,
+    "exploration.corridor_eps": None,
+}
+
 ROWS = {
     "tmaze_h50": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
@@ -237,13 +248,7 @@ ROWS = {
             "env.horizon": 50,
             "max_seq_len": 51,
             "env.traj_save_len": None,
-            "exploration._target_": "amago_app.interaction.exploration.CorridorEpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.01,
-            "exploration.steps_anneal": 100000,
-            "exploration.randomize_eps": True,
-            "exploration.decision_steps": 3,
-            "exploration.corridor_eps": None,
+            **CORRIDOR_EXPLORATION,
             "trainer.val_interval": 4,
         },
         "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (the last step's goal "
@@ -322,13 +327,7 @@ ROWS = {
             "agent.critic.use_symlog": False,
             "agent.critic.label_type": "hlgauss",
             "agent.critic.sigma": 2.0,
-            "exploration._target_": "amago_app.interaction.exploration.CorridorEpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.01,
-            "exploration.steps_anneal": 100000,
-            "exploration.randomize_eps": True,
-            "exploration.decision_steps": 3,
-            "exploration.corridor_eps": None,
+            **CORRIDOR_EXPLORATION,
             "trainer.val_interval": 4,
         },
         # the original's MultiTaskAgent scores buffer actions clipped into [0.001, 0.99] (not one-hot) with
