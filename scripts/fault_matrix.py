@@ -38,6 +38,19 @@ def env(**extra):
     return e
 
 
+def trained_run(work: Path, name: str, epochs: int):
+    """A tiny run trained into work/name, and copy(dst) -> a fresh copy of it at work/dst (without its lock), so
+    each damaged-file case starts from the same intact run."""
+    base = work / name
+    r = run("train", *TINY, f"trainer.epochs={epochs}", f"hydra.run.dir={base}", cwd=work)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    def copy(dst: str) -> Path:
+        return Path(shutil.copytree(base, work / dst, ignore=shutil.ignore_patterns(".lock")))
+
+    return base, copy
+
+
 def run(tool, *args, cwd, crash_at=None, wait=True, extra_env=None):
     module = {"train": "amago_app.cli.train", "eval": "amago_app.cli.eval", "plot": "amago_app.cli.plot",
               "torchrun": None}[tool]
@@ -161,15 +174,7 @@ def main() -> None:
         rows.append(("kill -9 from outside at a random time, then `resume=<run>` (stale lock)",
                      f"rc {r.returncode}; {consistent(d)}"))
 
-        base = work / "base"
-        r = run("train", *TINY, "trainer.epochs=3", f"hydra.run.dir={base}", cwd=work)
-        assert r.returncode == 0, r.stderr[-2000:]
-
-        def copy(name):
-            dst = work / name
-            shutil.copytree(base, dst, ignore=shutil.ignore_patterns(".lock"))
-            return dst
-
+        base, copy = trained_run(work, "base", epochs=3)
         d = copy("trunc")
         main_pt = d / "ckpts/training_states/epoch_2/main.pt"
         main_pt.write_bytes(main_pt.read_bytes()[:1000])
@@ -250,9 +255,7 @@ def main() -> None:
         r = run("train", *TINY, f"resume={d}", "trainer.epochs=4", cwd=work)
         rows.append(("a foreign `fifo/foreign.npz` and a misnamed `fifo/demo.npz`, `resume=`",
                      f"rc {r.returncode}: {last_line(r)}"))
-        moved = work / "moved" / "run"
-        moved.parent.mkdir()
-        shutil.copytree(base, moved, ignore=shutil.ignore_patterns(".lock"))
+        moved = copy("moved/run")
         r = run("train", *TINY, f"resume={moved}", "trainer.epochs=4", cwd=work)
         rows.append(("a run directory copied elsewhere, `resume=<copy>`", f"rc {r.returncode}; {consistent(moved)}"))
 
@@ -317,15 +320,7 @@ def hostile(rows, work: Path) -> None:
     from amago_app.logging.metrics import read_jsonl
     from amago_app.rundir import Checkpoints
 
-    base = work / "h-base"
-    r = run("train", *TINY, "trainer.epochs=2", f"hydra.run.dir={base}", cwd=work)
-    assert r.returncode == 0, r.stderr[-2000:]
-
-    def copy(name):
-        dst = work / name
-        shutil.copytree(base, dst, ignore=shutil.ignore_patterns(".lock"))
-        return dst
-
+    _, copy = trained_run(work, "h-base", epochs=2)
     # --- directories ------------------------------------------------------------------------------------
     d = copy("h-taken")
     before = files_of(d)
