@@ -104,11 +104,7 @@ class MultiTaskAgent(Agent):
         online_term = -self.online_coeff * self.popart.normalize_values(v_pi.min(2).values) if online else None
         with torch.no_grad():
             adv = q_data.mean(2) - v_pi.mean(2)
-        metrics = {}
-        if log_step:
-            with torch.no_grad():
-                top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
-                metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
+        metrics = _bin_metrics(logits_data, mask) if log_step else {}
         return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)
 
     def _per_action_critic_terms(self, batch: Batch, s: torch.Tensor, mask: torch.Tensor, a_crit: torch.Tensor,
@@ -116,15 +112,15 @@ class MultiTaskAgent(Agent):
         """The discrete `per_action` layout: logits (B, L, C, G, n, bins) for every action from one pass over
         the state; values of a policy are exact expectations over its probability vector."""
         mask_g = mask.unsqueeze(2)
-        logits_all = self.critics(s)  # (B, T+1, C, G, n, bins)
+        logits_all = self.critics(s[:, :-1])  # (B, T, C, G, n, bins): the last state is only bootstrapped from
         B, T = mask.shape[:2]
         C, G, bins = logits_all.shape[2], logits_all.shape[3], logits_all.shape[-1]
         taken = a_crit[:, :-1].argmax(-1)  # (B, T, G): the buffer's action index (clipping keeps the argmax)
         index = taken[:, :, None, :, None, None].expand(B, T, C, G, 1, bins)
-        logits_data = logits_all[:, :-1].gather(4, index).squeeze(4)  # (B, T, C, G, bins)
+        logits_data = logits_all.gather(4, index).squeeze(4)  # (B, T, C, G, bins)
         with torch.no_grad():
-            q_all = self.critics.to_value(logits_all)[..., 0]  # (B, T+1, C, G, n) raw scale
-            q_data = q_all[:, :-1].gather(4, taken[:, :, None, :, None].expand(B, T, C, G, 1))  # (B, T, C, G, 1)
+            q_all = self.critics.to_value(logits_all)[..., 0]  # (B, T, C, G, n) raw scale
+            q_data = q_all.gather(4, taken[:, :, None, :, None].expand(B, T, C, G, 1))  # (B, T, C, G, 1)
             s_next = s[:, 1:].detach()
             actor_next = self.target_actor if self.use_target_actor else self.actor
             next_probs = self.policy(actor_next, s_next, batch.obs, slice(1, None)).probs  # (B, T, G, n)
@@ -139,15 +135,18 @@ class MultiTaskAgent(Agent):
         # V(s) = sum_a pi(a|s) Q(s, a): critic values without gradient; the online term's gradient flows
         # through the probabilities only
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
-            v_pi = (q_all[:, :-1] * dist.probs[:, :-1].unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
+            v_pi = (q_all * dist.probs[:, :-1].unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
         online_term = None
         if self.online_coeff > 0:
             online_term = -self.online_coeff * self.popart.normalize_values(v_pi.min(2).values)
         with torch.no_grad():
             adv = q_data.mean(2) - v_pi.mean(2)
-        metrics = {}
-        if log_step:
-            with torch.no_grad():
-                top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)
-                metrics["Critic Argmax Bin Mean (test gamma)"] = masked_mean(top, mask.unsqueeze(2))
+        metrics = _bin_metrics(logits_data, mask) if log_step else {}
         return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)
+
+
+def _bin_metrics(logits_data: torch.Tensor, mask: torch.Tensor) -> dict:
+    """Logged on log steps: the mean argmax bin of the data actions' distributions (test gamma)."""
+    with torch.no_grad():
+        top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
+        return {"Critic Argmax Bin Mean (test gamma)": masked_mean(top, mask.unsqueeze(2))}

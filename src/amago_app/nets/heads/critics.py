@@ -199,9 +199,10 @@ class NCriticsTwoHot(_CriticEnsemble):
 
     Inputs are [state, gamma feature, action], except for discrete actions with `discrete_layout="per_action"`:
     then the input is the state and the output holds `output_bins` logits for every (gamma, action). Bin centres
-    are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are in the scaled return space (after the agent's
-    `reward_multiplier`). `init_value` starts every critic's prediction near that value. `ensemble`:
-    num_critics, d_hidden, n_layers, dropout_p, activation (`_CriticEnsemble`).
+    are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are
+    in the scaled return space (after the agent's `reward_multiplier`). `init_value` starts every critic's
+    prediction near that value. `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation
+    (`_CriticEnsemble`).
     """
 
     distributional = True
