@@ -123,7 +123,6 @@ def bench_loop(args, tmp: Path) -> dict:
         filled += 1
         if filled > 100:
             raise SystemExit("bench_original: loop: the buffer is still not ready for training after 100 epochs")
-    exp.init_dloaders()
     for epoch in range(filled, filled + 3):  # collect -> buffer housekeeping -> updates, as one epoch of learn()
         exp.epoch = epoch
         start = time.perf_counter()
@@ -131,12 +130,11 @@ def bench_loop(args, tmp: Path) -> dict:
         fps.append(steps * exp.parallel_actors / (time.perf_counter() - start))
         exp.dataset.on_end_of_collection(experiment=exp)
         exp.init_dloaders()
-        if exp.dataset.ready_for_training:
-            exp.policy_aclr.train()
-            start = time.perf_counter()
-            for batch in exp.train_dloader:
-                exp.train_step(batch, log_step=False)
-            ups.append(batches / (time.perf_counter() - start))
+        exp.policy_aclr.train()
+        start = time.perf_counter()
+        for batch in exp.train_dloader:
+            exp.train_step(batch, log_step=False)
+        ups.append(batches / (time.perf_counter() - start))
     return {"bench": "loop", "updates_per_s": round(statistics.median(ups), 3),
             "env_steps_per_s": round(statistics.median(fps), 1)}
 

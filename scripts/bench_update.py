@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from speed_common import PeakRSS, cpu_flags, cpu_name, timed_blocks
+from speed_common import NATIVE_BF16_FLAGS, PeakRSS, cpu_flags, cpu_name, timed_blocks
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {  # name -> (Hydra overrides of the network, window)
@@ -124,8 +124,7 @@ def bench_loop(args, tmp: Path) -> list[dict]:
         trainer.counters.epoch = epoch
         fps.append(trainer.collect())
         trainer.store()
-        if trainer.buffer.ready_for_training:
-            ups.append(trainer.update())
+        ups.append(trainer.update())
     trainer.close()
     return [{"bench": "loop", "updates_per_s": round(statistics.median(ups), 3),
              "env_steps_per_s": round(statistics.median(fps), 1)}]
@@ -167,7 +166,7 @@ def machine_row(args) -> dict:
 
     flags = cpu_flags()
     return {"bench": "machine", "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)),
-            "bf16_flags": sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"}), "avx512": "avx512f" in flags,
+            "bf16_flags": sorted(flags & NATIVE_BF16_FLAGS), "avx512": "avx512f" in flags,
             "torch": torch.__version__, "threads": args.threads or "auto", "python": sys.version.split()[0],
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_average": round(os.getloadavg()[0], 2)}
@@ -185,7 +184,8 @@ def shared_flags(args) -> list[str]:
 def run_side(impl: str, args) -> list[dict]:
     """One measurement of one side in its own process; its JSON rows."""
     if impl == "amago_app":
-        cmd = [sys.executable, str(HERE / "bench_update.py"), "--worker", *shared_flags(args), "--", *args.override]  # "--": --contexts takes several values
+        # "--" ends the flags: --contexts takes several values and would swallow the overrides
+        cmd = [sys.executable, str(HERE / "bench_update.py"), "--worker", *shared_flags(args), "--", *args.override]
     else:
         cmd = [args.original_python, str(HERE / "bench_original.py"), "--original", args.original,
                *shared_flags(args), *(["--smoke"] if args.smoke else [])]

@@ -22,7 +22,8 @@ environments), e.g.
     /path/to/original-venv/bin/python scripts/compare_original.py --amago /path/to/amago \\
         --rows tmaze_h50,cartpole --seeds 0,1 --out bench/cmp [--budget-scale 0.1] [--jobs 2]
 
-This file imports only the standard library at the top, so amago_app's tests can load it and check the table
+This file imports only the standard library (and scripts/speed_common.py, which does too) at the top, so
+amago_app's tests can load it and check the table
 below against the presets (tests/cli/test_compare_original.py): a preset that drifts from it fails a test.
 
 The settings are written in amago_app's config keys (what `amago-train +experiment=bench/<row> --cfg job`
@@ -43,6 +44,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from speed_common import NATIVE_BF16_FLAGS, cpu_flags
 
 # --- the table -----------------------------------------------------------------------------------------------
 # Settings every row shares (amago_app's defaults under the bench presets).
@@ -589,16 +592,8 @@ def _make_env_factory(settings: dict):
 
 def cpu_precision(cpuinfo: str | None = None) -> str:
     """`trainer.mixed_precision=auto` on a CPU, decided as amago_app decides it (trainer/hardware.py): bf16 where
-    /proc/cpuinfo lists a native bf16 flag, else no. Written out here because this script runs without amago_app."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
-    except OSError:
-        return "no"
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return "bf16" if {"avx512_bf16", "amx_bf16", "bf16"} & set(value.split()) else "no"
-    return "no"
+    the CPU lists a native bf16 flag, else no (this script runs without amago_app)."""
+    return "bf16" if cpu_flags(cpuinfo) & NATIVE_BF16_FLAGS else "no"
 
 
 def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) -> dict:

@@ -20,15 +20,22 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (/proc/cpuinfo `flags` on x86, `Features` on Arm); empty elsewhere."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                return set(value.split())
-    except OSError:
-        pass
+#: CPU feature flags of native bf16 arithmetic (x86 AVX512-BF16, AMX-BF16; Arm BF16): the flags amago_app's
+#: trainer.mixed_precision=auto looks for (trainer/hardware.py; tests/cli/test_compare_original.py checks they agree)
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo `flags` on x86, `Features` on Arm, or the text given); empty elsewhere."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
     return set()
 
 

@@ -19,6 +19,7 @@ from amago_app.trainer.run import flat_config
 from conftest import compose_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_original.py"
+sys.path.insert(0, str(SCRIPT.parent))  # its stdlib-only helper module, scripts/speed_common.py
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +30,6 @@ def script():
     spec.loader.exec_module(module)
     assert "amago" not in set(sys.modules) - before  # the original is never imported into amago_app's process
     return module
-
-
-def _leaves(cfg) -> dict:
-    return flat_config(cfg)
 
 
 def _variants(script):
@@ -52,7 +49,7 @@ def _rows():
 @pytest.mark.parametrize("row,memory_free", _rows())
 def test_the_table_is_what_the_preset_composes_to(script, row, memory_free):
     overrides = [f"+experiment=bench/{row}"] + (["traj_encoder=ff"] if memory_free else [])
-    config = _leaves(compose_config(overrides, tiny=False))
+    config = flat_config(compose_config(overrides, tiny=False))
     settings = script.row_settings(row, memory_free)
     for key, value in settings.items():
         if key == script.RELATIVE_ANNEAL:  # a fraction of the run: compare the steps it resolves to
