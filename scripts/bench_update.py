@@ -10,7 +10,9 @@ Measurements (`--only`), each in its own process (so its peak memory is its own)
               (`updates_per_s`, median of `--blocks` blocks) and on one batch again and again
               (`updates_per_s_no_loading`)
   loop        the epoch loop's own figures: env steps/s while collecting (8 actors: policy + env + buffer
-              writes) and updates/s of its update phase, median of 3 epochs
+              writes) and updates/s of its update phase, median of 3 epochs, in a trainer configured for 1,000
+              epochs (so trainer.compile_rollout=auto compiles the rollout step, as in a long run; the compile
+              time is the row's `rollout_compile_s`)
   rollout     ms per rollout step of the 8 actors with 10, 100 and 1,000 steps of context (every timed step
               attends to that many steps: one episode covers the filled context and the timed steps)
 Every row also carries `peak_rss_mb`: the highest resident memory of the measuring process and its children.
@@ -106,8 +108,10 @@ def bench_update(args, tmp: Path) -> list[dict]:
 def bench_loop(args, tmp: Path) -> list[dict]:
     _, window = WORKLOADS[args.workload]
     steps, batches = args.loop_steps, args.loop_updates
+    # sized like a real run (1,000 epochs), so the settings that `auto` decides from the run's length
+    # (trainer.compile_rollout) are those of a run where collection speed matters; 3 epochs are measured
     trainer = make_trainer(tmp, "loop", args.workload, window, window - 1, [
-        "trainer.epochs=3", "trainer.val_interval=null", "trainer.ckpt_interval=null",
+        "trainer.epochs=1000", "trainer.val_interval=null", "trainer.ckpt_interval=null",
         "trainer.always_save_latest=false", f"trainer.train_timesteps_per_epoch={steps}",
         f"trainer.train_batches_per_epoch={batches}", *args.override])
     trainer._open_outputs()
@@ -126,8 +130,10 @@ def bench_loop(args, tmp: Path) -> list[dict]:
         trainer.store()
         ups.append(trainer.update())
     trainer.close()
+    compile_s = trainer.rollout_compile_seconds
     return [{"bench": "loop", "updates_per_s": round(statistics.median(ups), 3),
-             "env_steps_per_s": round(statistics.median(fps), 1)}]
+             "env_steps_per_s": round(statistics.median(fps), 1),
+             "rollout_compile_s": None if compile_s is None else round(compile_s, 1)}]
 
 
 def bench_rollout(args, tmp: Path) -> list[dict]:

@@ -1,17 +1,22 @@
-"""trainer.mixed_precision=auto / trainer.compile=auto: the choices as functions of the machine's capabilities,
-and a run with the auto defaults (what this machine chooses) that builds and trains."""
+"""trainer.mixed_precision=auto / trainer.compile=auto / trainer.compile_rollout=auto: the choices as functions of
+the machine's capabilities (and the run's length), and runs with the auto defaults (what this machine chooses)
+and with the compiled rollout step that build and train."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
+import torch
 
+from amago_app.nets.traj.transformer import TransformerTrajEncoder
 from amago_app.trainer import build as build_module
-from amago_app.trainer.hardware import (choose_compile, choose_precision, cpu_flags, detect_cuda_bf16,
-                                        device_type, parse_compile)
+from amago_app.trainer.hardware import (COMPILE_ROLLOUT_FROM_STEPS, choose_compile, choose_compile_rollout,
+                                        choose_precision, cpu_flags, detect_cuda_bf16, device_type,
+                                        missing_cpp_toolchain, parse_compile)
 from amago_app.trainer.loop import Trainer
-from conftest import compose_config
+from conftest import TINY, compose_config
 
 ZEN4 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
 ICELAKE = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n"
@@ -87,3 +92,70 @@ def test_auto_precision_trains_in_what_the_cpu_flags_allow(tmp_path, monkeypatch
     trainer, rows = _train_one_epoch(tmp_path, ["trainer.cpu=true"])
     assert trainer.autocast_used == ("bf16" if autocast else "no")
     assert rows[0]["train-update/bf16 Autocast"] == autocast
+
+
+# --- trainer.compile_rollout ----------------------------------------------------------------------------------
+def test_auto_compiles_the_rollout_step_on_cpu_for_long_runs_only():
+    long, short = COMPILE_ROLLOUT_FROM_STEPS, COMPILE_ROLLOUT_FROM_STEPS - 1
+    assert choose_compile_rollout("auto", "cpu", long, None).value is True
+    off = choose_compile_rollout("auto", "cpu", short, None)
+    assert off.value is False and f"{short:,} collection steps" in off.reason
+    assert choose_compile_rollout("auto", "cpu", long, "no C++ compiler").value is False
+    assert choose_compile_rollout("auto", "cuda", long, None).value is False
+    assert choose_compile_rollout(True, "cpu", 10, None).value is True  # true: whatever the run's length
+    assert choose_compile_rollout("false", "cpu", long, None).value is False
+    with pytest.raises(ValueError, match=r"trainer.compile_rollout=true needs a C\+\+ toolchain .*: no C\+\+ compiler"):
+        choose_compile_rollout("true", "cpu", long, "no C++ compiler (g++ / clang++ or $CXX)")
+    with pytest.raises(ValueError, match=r"trainer.compile_rollout='yes' is not one of \(auto, true, false\)"):
+        choose_compile_rollout("yes", "cpu", long, None)
+
+
+def test_the_toolchain_check_names_a_missing_compiler(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    assert missing_cpp_toolchain() == "no C++ compiler (g++ / clang++ or $CXX)"
+
+
+needs_toolchain = pytest.mark.skipif(missing_cpp_toolchain() is not None,
+                                     reason=f"torch.compile on CPU needs {missing_cpp_toolchain()}")
+
+
+@needs_toolchain
+def test_the_compiled_rollout_step_matches_the_eager_one():
+    """Through the ring's wrap-around and a reset of one row: the compiled step (every slot read, unfilled ones
+    masked) gives the eager step's outputs."""
+    torch.manual_seed(0)
+    enc = TransformerTrajEncoder(tstep_dim=16, max_seq_len=12, d_model=32, n_heads=4, n_layers=2).eval()
+    eager = copy.deepcopy(enc)
+    assert enc.compile_rollout_step(3, torch.device("cpu"))
+    hidden_c, hidden_e = enc.init_hidden_state(3, "cpu"), eager.init_hidden_state(3, "cpu")
+    seq = torch.randn(3, 30, 16)
+    time_idx = torch.arange(30)[None, :, None].expand(3, 30, 1)
+    with torch.no_grad():
+        for t in range(30):
+            if t == 17:
+                done = torch.tensor([True, False, False])
+                hidden_c, hidden_e = enc.reset_hidden_state(hidden_c, done), eager.reset_hidden_state(hidden_e, done)
+            out_c, hidden_c = enc(seq[:, t : t + 1], time_idx[:, t : t + 1], hidden_c)
+            out_e, hidden_e = eager(seq[:, t : t + 1], time_idx[:, t : t + 1], hidden_e)
+            torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hidden_c.k[1], hidden_e.k[1], rtol=1e-5, atol=1e-5)
+
+
+@needs_toolchain
+def test_a_run_with_the_compiled_rollout_step_collects_and_says_so(tmp_path, capsys):
+    trainer, _ = _train_one_epoch(tmp_path, ["trainer.compile_rollout=true", "logger.verbose=true",
+                                             "logger.console=plain"])
+    assert trainer.rollout_compiled.value is True and trainer.rollout_compile_seconds > 0
+    assert trainer.agent.traj_encoder._compiled_step is not None
+    train = [json.loads(line) for line in (tmp_path / "run/metrics/train.jsonl").read_text().splitlines()]
+    assert train[-1]["train/Rollout Step Compiled"] == 1.0
+    assert "rollout step compiled in" in capsys.readouterr().out
+
+
+def test_a_memory_without_a_compiled_step_acts_eagerly_and_says_why(tmp_path):
+    cfg = compose_config([o for o in TINY if not o.startswith("traj_encoder.")] + ["traj_encoder=gru",
+                         "traj_encoder.d_hidden=16", "trainer.compile_rollout=true"], tiny=False)
+    trainer = Trainer(cfg, tmp_path / "run")
+    assert trainer.rollout_compiled.value is False
+    assert "GRUTrajEncoder has no compiled step" in trainer.rollout_compiled.reason

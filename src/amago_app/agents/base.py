@@ -80,6 +80,18 @@ class BaseAgent(nn.Module, ABC):
         """`done` (N,) bool: the envs whose rollout ended (their next step starts a new one)."""
         return self.traj_encoder.reset_hidden_state(hidden_state, done)
 
+    def compile_rollout_step(self, batch_size: int, device: torch.device) -> bool:
+        """torch.compile what one rollout step runs, compiling it now for `batch_size` envs
+        (`trainer.compile_rollout`); False where nothing compiles (acting stays eager). Default: the
+        `traj_encoder` attribute's step."""
+        encoder = getattr(self, "traj_encoder", None)
+        return bool(encoder is not None and encoder.compile_rollout_step(batch_size, device))
+
+    def describe_memory(self) -> str:
+        """The memory's name, for messages."""
+        encoder = getattr(self, "traj_encoder", None)
+        return type(encoder).__name__ if encoder is not None else type(self).__name__
+
     def describe(self) -> str:
         """One line for the start-up summary."""
         return type(self).__name__

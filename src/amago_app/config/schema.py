@@ -525,6 +525,11 @@ class TrainerConfig:
     compile: Any = "auto"
     """auto | true | false: torch.compile the update (inductor, static shapes). auto: on CUDA only (on CPUs it
     measured slower than eager); the first update's time, compilation included, is printed and logged."""
+    compile_rollout: Any = "auto"
+    """auto | true | false: torch.compile the memory's one-step update that rollouts run (Transformer with sdpa /
+    vanilla attention; other memories act eagerly). auto: on CPU for runs of >= 50,000 collection steps per actor
+    (trainer.epochs x train_timesteps_per_epoch) where a C++ compiler and the Python headers are found; the
+    compilation (~12 s on 2 cores) happens at start-up and is printed."""
     compile_mode: Optional[str] = "default"
     """torch.compile mode: default | reduce-overhead (adds CUDA graphs) | max-autotune."""
     cpu: bool = False

@@ -28,8 +28,8 @@ from amago_app.interaction.build import build, build_agent, build_envs, build_ex
 from amago_app.interaction.rollout import Rollout
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
-from amago_app.trainer.hardware import (Choice, choose_compile, choose_precision, cpu_flags, detect_cuda_bf16,
-                                        device_type)
+from amago_app.trainer.hardware import (Choice, choose_compile, choose_compile_rollout, choose_precision, cpu_flags,
+                                        detect_cuda_bf16, device_type, missing_cpp_toolchain, parse_switch)
 from amago_app.trainer.state import Counters, GlobalRNGs, Stateful, TrainingState
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
@@ -95,6 +95,31 @@ def speed_settings(cfg: DictConfig) -> tuple[Choice, Choice]:
     dev = device_type(bool(t.cpu))
     precision = choose_precision(t.mixed_precision, dev, cpu_flags(), dev == "cuda" and detect_cuda_bf16())
     return precision, choose_compile(t.compile, dev)
+
+
+def compile_rollout_step(cfg: DictConfig, agent: BaseAgent, num_envs: int,
+                         device: torch.device) -> tuple[Choice, float | None]:
+    """`trainer.compile_rollout` as it applies to this run, and the seconds spent compiling the agent's rollout
+    step now (None when it acts eagerly). A failed compilation under auto falls back to eager acting (the reason
+    says why); under true it is an error."""
+    t = cfg.trainer
+    collecting_epochs = max(0, int(t.epochs) - int(t.start_collecting_at_epoch))  # mode=learn/async: none
+    planned = collecting_epochs * int(t.train_timesteps_per_epoch)
+    choice = choose_compile_rollout(t.compile_rollout, device.type, planned, missing_cpp_toolchain())
+    if not choice.value:
+        return choice, None
+    start = time.perf_counter()
+    try:
+        compiled = agent.compile_rollout_step(num_envs, device)
+    except Exception as e:  # inductor's errors are long; the first line names the cause
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if parse_switch(t.compile_rollout, "trainer.compile_rollout") is True:
+            raise ValueError(f"trainer.compile_rollout=true: compiling the rollout step failed ({first}); "
+                             "set trainer.compile_rollout=false") from e
+        return Choice(False, f"auto: compiling failed ({first}), acting eagerly"), None
+    if not compiled:
+        return Choice(False, f"{choice.reason}, but {agent.describe_memory()} has no compiled step"), None
+    return choice, time.perf_counter() - start
 
 
 def build_accelerator(cfg: DictConfig, run_dir: str | Path, precision: str = "no",

@@ -27,6 +27,7 @@ from amago_app.rundir import Checkpoints, crash_point
 from amago_app.trainer import checkpointing
 from amago_app.trainer.build import (
     build_accelerator,
+    compile_rollout_step,
     build_buffer,
     build_learner,
     build_loader,
@@ -80,6 +81,9 @@ class Trainer:
         self.loader = build_loader(cfg, self.buffer, self.actor_rank, self.device, self.compiled.value)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
+        # the rollout step compiled now (trainer.compile_rollout), so the first collection is not the one that waits
+        self.rollout_compiled, self.rollout_compile_seconds = compile_rollout_step(
+            cfg, self.agent, self.train_envs.num_envs, self.device)
         self._background = BackgroundCollection(self) if self.overlap.value else None
         if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
             set_seed(cfg.seed + self.actor_rank)
@@ -139,7 +143,9 @@ class Trainer:
             f"{self.precision_name} ({self.precision.reason}), compile {'on' if self.compiled.value else 'off'} "
             f"({self.compiled.reason}), torch threads {self.threads.describe()}\n"
             f"  collection {'beside the update' if self.overlap.value else 'before the update'} "
-            f"({self.overlap.reason})\n"
+            f"({self.overlap.reason}), rollout step "
+            f"{f'compiled in {self.rollout_compile_seconds:.1f} s' if self.rollout_compiled.value else 'eager'} "
+            f"({self.rollout_compiled.reason})\n"
             f"  buffer {self.buffer.get_description()}"
         )
         self._print_thread_notes()
@@ -192,6 +198,7 @@ class Trainer:
         train["Env FPS (per process)"] = fps
         train["Torch Threads"] = torch.get_num_threads()
         train["Collected Beside the Update"] = float(beside_update)
+        train["Rollout Step Compiled"] = float(self.rollout_compiled.value)
         self.log("train", train)
         return fps
 

@@ -563,14 +563,17 @@ class StepIndex:
     bias: torch.Tensor | None = None  # the same mask as an additive bias (N * heads, 1, W), for SDPAttention
 
     @classmethod
-    def advance(cls, cache: KVCache, backend: AttentionBackend) -> "StepIndex":
-        """Record this step's index in the ring and build the masks' positions (call once per step)."""
+    def advance(cls, cache: KVCache, backend: AttentionBackend, full_width: bool = False) -> "StepIndex":
+        """Record this step's index in the ring and build the masks' positions (call once per step).
+
+        `full_width` reads every ring slot (unfilled ones masked): the same result with static shapes and no
+        device-to-host read of the filled length, for a compiled step."""
         n, slots = cache.count, cache.slots
         rows = torch.arange(n.shape[0], device=n.device)
         slot = n % slots
         cache.steps[rows, slot] = n
         filled = torch.clamp(n + 1, max=slots)
-        width = backend.cached_width(n.device, min(int(filled.max()), slots), slots)
+        width = slots if full_width else backend.cached_width(n.device, min(int(filled.max()), slots), slots)
         valid = torch.arange(width, device=n.device)[None, :] < filled[:, None]
         start = n + 1 - filled  # oldest step still held
         return cls(rows, slot, filled, valid, n - start, cache.steps[:, :width] - start[:, None])

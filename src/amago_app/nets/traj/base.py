@@ -32,6 +32,12 @@ class TrajEncoder(nn.Module):
     def forward(self, seq: torch.Tensor, time_idxs: torch.Tensor, hidden_state: Any = None) -> tuple[torch.Tensor, Any]:
         raise NotImplementedError
 
+    def compile_rollout_step(self, batch_size: int, device: torch.device) -> bool:
+        """torch.compile the one-timestep update that rollouts run (`forward` with a hidden state, no gradient)
+        and compile it now, on a throwaway hidden state of `batch_size` rows; False where the encoder has no
+        compiled step (then rollouts run eagerly, as always)."""
+        return False
+
 
 class IdentityTrajEncoder(TrajEncoder):
     """No memory and no extra layers: the timestep features are the state."""

@@ -40,7 +40,7 @@ class SigmaReparamLinear(nn.Module):
                 self.u.copy_(F.normalize(w @ self.v, dim=0))
                 self.v.copy_(F.normalize(w.T @ self.u, dim=0))
             return self.effective_weight()
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():  # a compiled rollout step fuses it instead
             return self.effective_weight()
         # rollouts: W_hat only changes when the parameters or u, v do (in-place updates bump _version)
         key = (self.weight._version, self.gamma._version, self.u._version, self.weight.data_ptr(), x.device)
