@@ -159,3 +159,30 @@ def test_a_memory_without_a_compiled_step_acts_eagerly_and_says_why(tmp_path):
     trainer = Trainer(cfg, tmp_path / "run")
     assert trainer.rollout_compiled.value is False
     assert "GRUTrajEncoder has no compiled step" in trainer.rollout_compiled.reason
+
+
+def test_a_copy_of_the_memory_does_not_share_its_compiled_step():
+    enc = TransformerTrajEncoder(tstep_dim=4, max_seq_len=5, d_model=8, n_heads=2, n_layers=1)
+    enc._compiled_step = object()  # stands for the compiled function, bound to enc's parameters
+    assert copy.deepcopy(enc)._compiled_step is None and enc._compiled_step is not None
+
+
+@needs_toolchain
+def test_the_overlaps_acting_copy_runs_a_compiled_step_of_its_own(tmp_path):
+    """With collection beside the update, the acting copy compiles its own step: it acts with its weights (the
+    epoch's starting ones), not with the learner's, which change during the update."""
+    trainer = Trainer(compose_config(["trainer.compile_rollout=true", "trainer.overlap_collection=true"]),
+                      tmp_path / "run")
+    learner, acting = trainer.agent.traj_encoder.eval(), trainer._background.acting.traj_encoder  # as rollouts act
+    assert trainer.rollout_compiled.value and acting._compiled_step is not None
+
+    def step(encoder):
+        with torch.no_grad():
+            hidden = encoder.init_hidden_state(2, torch.device("cpu"))
+            out, _ = encoder(torch.ones(2, 1, encoder.tstep_dim), torch.zeros(2, 1, 1, dtype=torch.long), hidden)
+        return out
+
+    torch.testing.assert_close(step(acting), step(learner))
+    with torch.no_grad():
+        acting.final_norm.bias += 1.0
+    torch.testing.assert_close(step(acting), step(learner) + 1.0)

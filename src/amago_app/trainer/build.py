@@ -97,11 +97,12 @@ def speed_settings(cfg: DictConfig) -> tuple[Choice, Choice]:
     return precision, choose_compile(t.compile, dev)
 
 
-def compile_rollout_step(cfg: DictConfig, agent: BaseAgent, num_envs: int,
+def compile_rollout_step(cfg: DictConfig, agents: list[BaseAgent], num_envs: int,
                          device: torch.device) -> tuple[Choice, float | None]:
-    """`trainer.compile_rollout` as it applies to this run, and the seconds spent compiling the agent's rollout
-    step now (None when it acts eagerly). A failed compilation under auto falls back to eager acting (the reason
-    says why); under true it is an error."""
+    """`trainer.compile_rollout` as it applies to this run, and the seconds spent compiling the rollout step of
+    every agent that acts (the learner's, and the overlap's acting copy) now; None when they act eagerly. A
+    failed compilation under auto falls back to eager acting (the reason says why); under true it is an
+    error."""
     t = cfg.trainer
     collecting_epochs = max(0, int(t.epochs) - int(t.start_collecting_at_epoch))  # mode=learn/async: none
     planned = collecting_epochs * int(t.train_timesteps_per_epoch)
@@ -110,7 +111,7 @@ def compile_rollout_step(cfg: DictConfig, agent: BaseAgent, num_envs: int,
         return choice, None
     start = time.perf_counter()
     try:
-        compiled = agent.compile_rollout_step(num_envs, device)
+        compiled = all([agent.compile_rollout_step(num_envs, device) for agent in agents])
     except Exception as e:  # inductor's errors are long; the first line names the cause
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if parse_switch(t.compile_rollout, "trainer.compile_rollout") is True:
@@ -118,7 +119,7 @@ def compile_rollout_step(cfg: DictConfig, agent: BaseAgent, num_envs: int,
                              "set trainer.compile_rollout=false") from e
         return Choice(False, f"auto: compiling failed ({first}), acting eagerly"), None
     if not compiled:
-        return Choice(False, f"{choice.reason}, but {agent.describe_memory()} has no compiled step"), None
+        return Choice(False, f"{choice.reason}, but {agents[0].describe_memory()} has no compiled step"), None
     return choice, time.perf_counter() - start
 
 

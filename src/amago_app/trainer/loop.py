@@ -81,10 +81,12 @@ class Trainer:
         self.loader = build_loader(cfg, self.buffer, self.actor_rank, self.device, self.compiled.value)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
         self.params = self.agent.trainable_parameters()
-        # the rollout step compiled now (trainer.compile_rollout), so the first collection is not the one that waits
-        self.rollout_compiled, self.rollout_compile_seconds = compile_rollout_step(
-            cfg, self.agent, self.train_envs.num_envs, self.device)
         self._background = BackgroundCollection(self) if self.overlap.value else None
+        # the rollout step compiled now (trainer.compile_rollout), so that no collection waits for it; after the
+        # overlap's acting copy is made (a copy acts eagerly until compiled itself)
+        acting = [self.agent] + ([self._background.acting] if self._background is not None else [])
+        self.rollout_compiled, self.rollout_compile_seconds = compile_rollout_step(
+            cfg, acting, self.train_envs.num_envs, self.device)
         if self.actor_rank != self.rank:  # an async collector: action sampling of its own (build_learner seeds by rank)
             set_seed(cfg.seed + self.actor_rank)
         self.counters = Counters()

@@ -151,6 +151,11 @@ class TransformerTrajEncoder(TrajEncoder):
             h = layer.step(h, positions, cache, i, idx)
         return self.final_norm(h)
 
+    def __getstate__(self):
+        # a copy (copy.deepcopy: the overlap's acting agent) must not share the compiled step, which is bound to
+        # this module's parameters; it acts eagerly until compiled itself
+        return {**super().__getstate__(), "_compiled_step": None}
+
     #: backends whose rollout step compiles into one graph (flash-attn and flex keep kernels of their own)
     COMPILED_STEP_BACKENDS = ("sdpa", "vanilla")
 
