@@ -121,11 +121,16 @@ needs_toolchain = pytest.mark.skipif(missing_cpp_toolchain() is not None,
 
 
 @needs_toolchain
-def test_the_compiled_rollout_step_matches_the_eager_one():
+@pytest.mark.parametrize("options", [
+    pytest.param({}, id="causal"),
+    pytest.param({"attn_mask": "sliding_window", "window_size": 5, "pos_emb": "rope"}, id="sliding-window-rope",
+                 marks=pytest.mark.slow),  # one more compilation (10-25 s)
+])
+def test_the_compiled_rollout_step_matches_the_eager_one(options):
     """Through the ring's wrap-around and a reset of one row: the compiled step (every slot read, unfilled ones
     masked) gives the eager step's outputs."""
     torch.manual_seed(0)
-    enc = TransformerTrajEncoder(tstep_dim=16, max_seq_len=12, d_model=32, n_heads=4, n_layers=2).eval()
+    enc = TransformerTrajEncoder(tstep_dim=16, max_seq_len=12, d_model=32, n_heads=4, n_layers=2, **options).eval()
     eager = copy.deepcopy(enc)
     assert enc.compile_rollout_step(3, torch.device("cpu"))
     hidden_c, hidden_e = enc.init_hidden_state(3, "cpu"), eager.init_hidden_state(3, "cpu")
