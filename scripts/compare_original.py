@@ -278,7 +278,7 @@ ROWS = {
             "exploration.eps_start_end": 0.05,
             "exploration.eps_end_start": 0.8,
             "exploration.eps_end_end": 0.01,
-            RELATIVE_ANNEAL: 0.5,
+            RELATIVE_ANNEAL: 1.0,  # the preset anneals over the whole run
             "exploration.randomize_eps": True,
             "trainer.val_interval": 5,
         },
