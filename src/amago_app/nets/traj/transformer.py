@@ -162,7 +162,7 @@ class TransformerTrajEncoder(TrajEncoder):
     def compile_rollout_step(self, batch_size: int, device: torch.device) -> bool:
         """Compile the rollout step (embedding, every layer's K/V write and attention over all ring slots, final
         norm) into one inductor graph. On CPU with the C++ wrapper: a step of the reference model (d_model 128,
-        2 layers, 8 rows) is dominated by the dispatch of ~280 small ops, which the compiled code skips."""
+        2 layers, 8 rows) is dominated by the dispatch of hundreds of small ops, which the compiled code skips."""
         if self.backend.name not in self.COMPILED_STEP_BACKENDS:
             return False
         options = {"cpp_wrapper": True} if device.type == "cpu" else None
