@@ -24,9 +24,16 @@ def _three_updates(trainer: Trainer, batches) -> tuple[dict, list[torch.Tensor]]
     return initial, losses
 
 
-def test_compiled_update_matches_eager(tmp_path, monkeypatch):
-    # inductor draws random numbers with its own generator unless told to use eager's (dropout, action samples)
-    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+@pytest.fixture
+def eager_random():
+    """inductor draws random numbers with its own generator unless told to use eager's (dropout, action samples).
+    Through inductor's config.patch: monkeypatch's undo deletes the key from inductor's config module, and every
+    later compilation in the process then fails on the missing option."""
+    with torch._inductor.config.patch(fallback_random=True):
+        yield
+
+
+def test_compiled_update_matches_eager(tmp_path, eager_random):
     # fp32 on both sides: under bf16 autocast (what mixed_precision=auto picks on a CPU with native bf16) eager and
     # inductor round differently, so their weights part after a few steps by far more than fp32's tolerance
     common = ["buffer.fixed_length=true", "seed=3", "trainer.mixed_precision=no"]
