@@ -87,11 +87,6 @@ class BaseAgent(nn.Module, ABC):
         encoder = getattr(self, "traj_encoder", None)
         return bool(encoder is not None and encoder.compile_rollout_step(batch_size, device))
 
-    def describe_memory(self) -> str:
-        """The memory's name, for messages."""
-        encoder = getattr(self, "traj_encoder", None)
-        return type(encoder).__name__ if encoder is not None else type(self).__name__
-
     def describe(self) -> str:
         """One line for the start-up summary."""
         return type(self).__name__

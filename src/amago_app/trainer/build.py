@@ -119,7 +119,8 @@ def compile_rollout_step(cfg: DictConfig, agents: list[BaseAgent], num_envs: int
                              "set trainer.compile_rollout=false") from e
         return Choice(False, f"auto: compiling failed ({first}), acting eagerly"), None
     if not compiled:
-        return Choice(False, f"{choice.reason}, but {agents[0].describe_memory()} has no compiled step"), None
+        memory = type(getattr(agents[0], "traj_encoder", agents[0])).__name__
+        return Choice(False, f"{choice.reason}, but {memory} has no compiled step"), None
     return choice, time.perf_counter() - start
 
 

@@ -27,13 +27,13 @@ from amago_app.rundir import Checkpoints, crash_point
 from amago_app.trainer import checkpointing
 from amago_app.trainer.build import (
     build_accelerator,
-    compile_rollout_step,
     build_buffer,
     build_learner,
     build_loader,
     build_outputs,
     build_rollouts,
     build_training_state,
+    compile_rollout_step,
     shared_run_dir,
     speed_settings,
     trajectory_spec,

@@ -131,7 +131,8 @@ class TransformerTrajEncoder(TrajEncoder):
         return torch.cat(outs, dim=1), hidden_state
 
     def _step(self, seq, positions, cache: KVCache):
-        if self._compiled_step is not None and not torch.is_grad_enabled():
+        # compiled for acting: traced in eval mode without gradient; any other call runs eagerly (no recompilation)
+        if self._compiled_step is not None and not (self.training or torch.is_grad_enabled()):
             # the K/V buffers are allocated here, not inside the compiled code (a None -> tensor change would
             # compile a second variant for the first step)
             dev = seq.device.type
