@@ -78,9 +78,9 @@ TASKS: dict[str, Task] = {
     "cartpole": Task("cartpole", "Average Total Return in *", 475.0, 40, "CartPole-v1 (solved: 475)"),
     "pendulum": Task("pendulum", "Average Total Return in *", -250.0, 50, "Pendulum-v1, continuous actions"),
     "multitask_discrete": Task("multitask_discrete", "Average Success in TMazePassive-H30", 0.95, 40,
-                               "MultiTaskAgent (two-hot critics, one-hot policy) on the passive T-maze H30"),
+                               "MultiTaskAgent (HL-Gauss critics, one-hot policy) on the passive T-maze H30"),
     "multitask_continuous": Task("multitask_continuous", "Average Total Return in *", -250.0, 50,
-                                 "MultiTaskAgent (two-hot critics) on Pendulum-v1"),
+                                 "MultiTaskAgent (HL-Gauss critics) on Pendulum-v1"),
 }
 
 
