@@ -203,6 +203,10 @@ def main() -> None:
     finally:
         if lock is not None:
             lock.release()
+        if "LOCAL_RANK" in os.environ:  # a launched worker (torchrun / accelerate launch)
+            from amago_app.trainer.run import end_process_group
+
+            end_process_group()
     if _stopped_by:
         # the training state is saved; the shell (or scheduler) sees a command stopped by that signal
         sys.exit(EXIT_CODES.get(_stopped_by, 130))

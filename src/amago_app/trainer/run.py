@@ -117,6 +117,16 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
             lock.release()
 
 
+def end_process_group() -> None:
+    """Destroy the torch.distributed process group of a launched run (torchrun / accelerate launch), if there is
+    one, while the interpreter is still whole. Left to interpreter shutdown, gloo's worker threads can abort a
+    process whose run had succeeded ("terminate called without an active exception", SIGABRT)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _refused_write_message(e: OSError, run_dir: Path) -> str:
     """A write the machine refused (full disk, read-only directory) stops the run: say which file, that the saved
     state is intact (every state is published whole or not at all), and how to continue."""
