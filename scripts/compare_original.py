@@ -288,8 +288,16 @@ ROWS = {
                   "Key-Door example anneals over an absolute 500,000 steps per actor"],
     },
     "cartpole": {
-        "traj": "ff", "agent": "agent", "baseline": False, "rollout_len": 500,
+        "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 500,
         "settings": {
+            "agent.online_coeff": 1.0,
+            "agent.offline_coeff": 0.1,
+            "agent.critic.min_return": -50.0,
+            "agent.critic.max_return": 4100.0,
+            "agent.critic.output_bins": 32,
+            "agent.critic.use_symlog": False,
+            "agent.critic.label_type": "hlgauss",
+            "agent.critic.sigma": 2.0,
             "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
             "env.horizon": None,
             "env.id": "CartPole-v1",
