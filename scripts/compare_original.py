@@ -311,7 +311,10 @@ ROWS = {
             "exploration.randomize_eps": True,
             "trainer.val_interval": 4,
         },
-        "notes": ["validation runs 4 x 500 steps per actor: 32 episodes once the pole stays up, more (all that "
+        "validate_distribution_args": False,  # as multitask_discrete: the original's MultiTaskAgent on discrete actions
+        "notes": ["torch.distributions argument validation is off (see multitask_discrete)",
+                  "the original's two-hot critic takes the action as input (amago_app's: one distribution per action)",
+                  "validation runs 4 x 500 steps per actor: 32 episodes once the pole stays up, more (all that "
                   "end) while episodes are short; amago_app counts exactly 32 episodes, so while episodes are "
                   "short the original's validation costs more CPU (counted in its CPU seconds)"],
     },
