@@ -75,7 +75,7 @@ TASKS: dict[str, Task] = {
                               "POPGym AutoencodeEasy (return in [-1, 1])", baseline=True),
     "memory_chain": Task("memory_chain", "Average Total Return in *", 0.9, 30,
                          "gymnax MemoryChain-bsuite (+1 / -1 for recalling the first observation)", baseline=True),
-    "cartpole": Task("cartpole", "Average Total Return in *", 475.0, 40, "CartPole-v1 (solved: 475)"),
+    "cartpole": Task("cartpole", "Average Total Return in *", 475.0, 40, "CartPole-v1 (solved: 475), per-action HL-Gauss critic"),
     "pendulum": Task("pendulum", "Average Total Return in *", -250.0, 50, "Pendulum-v1, continuous actions"),
     "multitask_discrete": Task("multitask_discrete", "Average Success in TMazePassive-H30", 0.95, 40,
                                "MultiTaskAgent (HL-Gauss critics, one-hot policy) on the passive T-maze H30"),
