@@ -3,6 +3,7 @@
 Usage under a launcher: torchrun ... cli_rank_worker.py OUT TAG [amago-train overrides...]
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -30,3 +31,8 @@ run.Trainer = RecordingTrainer
 from amago_app.cli.train import main  # noqa: E402
 
 main()
+# amago-train ends a launched worker's process group itself (gloo can abort at interpreter exit otherwise)
+state_file = out / f"rank{os.environ['RANK']}-{tag}.pt"
+state = torch.load(state_file, weights_only=False)
+state["process_group_ended"] = not torch.distributed.is_initialized()
+torch.save(state, state_file)

@@ -73,6 +73,7 @@ def test_two_node_rendezvous_one_run_dir_identical_weights_and_resume(tmp_path):
     _two_nodes(tmp_path, out, "first", [*common, "trainer.epochs=2"])
     a, b = _ranks(out, "first")
     assert a["world_size"] == b["world_size"] == 2
+    assert a["process_group_ended"] and b["process_group_ended"]  # amago-train destroyed it before exiting
     # one run directory for both "nodes" (each Hydra made its own; the second one's was folded into the first)
     runs = list((tmp_path / "runs" / "tmaze-H3").iterdir())
     assert len(runs) == 1 and a["run_dir"] == b["run_dir"] == str(runs[0].resolve())

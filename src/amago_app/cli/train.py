@@ -80,10 +80,15 @@ def _check_resume(args: list[str]) -> None:
             find_training_state(arg[len("resume="):])
 
 
+def _launched() -> bool:
+    """Whether this process is a worker started by `torchrun` / `accelerate launch`."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+
+
 def _exit_with_launcher() -> None:
     """A worker started by `torchrun` / `accelerate launch` dies with its launcher, even when the launcher is
     SIGKILLed and cannot stop it: the kernel sends this process SIGKILL when its parent exits (PR_SET_PDEATHSIG)."""
-    if not sys.platform.startswith("linux") or not ("TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ):
+    if not sys.platform.startswith("linux") or not _launched():
         return
     import ctypes
     import signal
@@ -203,7 +208,7 @@ def main() -> None:
     finally:
         if lock is not None:
             lock.release()
-        if "LOCAL_RANK" in os.environ:  # a launched worker (torchrun / accelerate launch)
+        if _launched():  # (the import is heavy: not for --help or a single-process run)
             from amago_app.trainer.run import end_process_group
 
             end_process_group()
