@@ -342,6 +342,7 @@ ROWS = {
             "agent.critic.use_symlog": False,
             "agent.critic.label_type": "hlgauss",
             "agent.critic.sigma": 2.0,
+            "agent.critic.output_bins": 32,
             **CORRIDOR_EXPLORATION,
             "trainer.val_interval": 4,
         },
