@@ -3,7 +3,6 @@
 Usage under a launcher: torchrun ... cli_rank_worker.py OUT TAG [amago-train overrides...]
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,15 +14,17 @@ out, tag = Path(sys.argv[1]), sys.argv[2]
 sys.argv = [sys.argv[0], *sys.argv[3:]]
 
 
+state: dict = {}  # filled by the trainer when it has learned, written once amago-train has returned
+
+
 class RecordingTrainer(run.Trainer):
     def learn(self):
         result = super().learn()
-        torch.save({"agent": self.agent.state_dict(), "rank": self.rank, "run_dir": str(self.run_dir),
-                    "epoch": self.counters.epoch, "gradient_steps": self.counters.gradient_steps,
-                    "total_frames": self.counters.total_frames,
-                    "train_env_seed": self.train_rollout.seed, "val_env_seed": self.val_rollout.seed,
-                    "world_size": self.accelerator.num_processes},
-                   out / f"rank{self.rank}-{tag}.pt")
+        state.update({"agent": self.agent.state_dict(), "rank": self.rank, "run_dir": str(self.run_dir),
+                      "epoch": self.counters.epoch, "gradient_steps": self.counters.gradient_steps,
+                      "total_frames": self.counters.total_frames,
+                      "train_env_seed": self.train_rollout.seed, "val_env_seed": self.val_rollout.seed,
+                      "world_size": self.accelerator.num_processes})
         return result
 
 
@@ -32,7 +33,5 @@ from amago_app.cli.train import main  # noqa: E402
 
 main()
 # amago-train ends a launched worker's process group itself (gloo can abort at interpreter exit otherwise)
-state_file = out / f"rank{os.environ['RANK']}-{tag}.pt"
-state = torch.load(state_file, weights_only=False)
 state["process_group_ended"] = not torch.distributed.is_initialized()
-torch.save(state, state_file)
+torch.save(state, out / f"rank{state['rank']}-{tag}.pt")
