@@ -214,6 +214,24 @@ def test_multitask_critic_options(kind, critic):
     assert "Critic Argmax Bin Mean (test gamma)" in metrics
 
 
+@pytest.mark.parametrize("kind", ["discrete", "continuous"])
+def test_multitask_logs_the_share_of_targets_beyond_the_bins(kind):
+    """Targets beyond the bins are labelled as the edge value: the logged shares say how many there were. With
+    rewards scaled far past a [-1, 1] range, every target leaves it on its reward's side; a wide range keeps all."""
+    def shares(sign: float, lo: float, hi: float) -> tuple[float, float]:
+        agent = make_agent(MultiTaskAgent, kind, reward_multiplier=1e6, critic=partial(
+            NCriticsTwoHot, d_hidden=16, min_return=lo, max_return=hi, output_bins=8, use_symlog=False))
+        batch = random_batch(ACTION_SPACES[kind], obs_space())
+        batch = type(batch)(**(vars(batch) | {"rews": sign * (batch.rews.abs() + 1.0)}))
+        _, metrics = run(agent, batch, backward=False)
+        return (float(metrics["Critic Targets Above Bins (test gamma)"]),
+                float(metrics["Critic Targets Below Bins (test gamma)"]))
+
+    assert shares(+1.0, -1.0, 1.0) == pytest.approx((1.0, 0.0), abs=1e-4)
+    assert shares(-1.0, -1.0, 1.0) == pytest.approx((0.0, 1.0), abs=1e-4)
+    assert shares(+1.0, -1e9, 1e9) == (0.0, 0.0)
+
+
 @pytest.mark.filterwarnings("ignore:std")  # one critic: the ensemble-std metric has no spread
 def test_multitask_per_action_critic_matches_a_float64_loop_reference():
     """The discrete per-action layout, transition by transition in float64: the target is the exact expectation

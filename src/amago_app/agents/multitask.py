@@ -104,7 +104,7 @@ class MultiTaskAgent(Agent):
         online_term = -self.online_coeff * self.popart.normalize_values(v_pi.min(2).values) if online else None
         with torch.no_grad():
             adv = q_data.mean(2) - v_pi.mean(2)
-        metrics = _bin_metrics(logits_data, mask) if log_step else {}
+        metrics = self._bin_metrics(logits_data, y, mask) if log_step else {}
         return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)
 
     def _per_action_critic_terms(self, batch: Batch, s: torch.Tensor, mask: torch.Tensor, a_crit: torch.Tensor,
@@ -141,12 +141,18 @@ class MultiTaskAgent(Agent):
             online_term = -self.online_coeff * self.popart.normalize_values(v_pi.min(2).values)
         with torch.no_grad():
             adv = q_data.mean(2) - v_pi.mean(2)
-        metrics = _bin_metrics(logits_data, mask) if log_step else {}
+        metrics = self._bin_metrics(logits_data, y, mask) if log_step else {}
         return CriticTerms(loss=critic_loss, online=online_term, advantage=adv, q_raw=q_data, y=y, metrics=metrics)
 
-
-def _bin_metrics(logits_data: torch.Tensor, mask: torch.Tensor) -> dict:
-    """Logged on log steps: the mean argmax bin of the data actions' distributions (test gamma)."""
-    with torch.no_grad():
-        top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
-        return {"Critic Argmax Bin Mean (test gamma)": masked_mean(top, mask.unsqueeze(2))}
+    def _bin_metrics(self, logits_data: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> dict:
+        """Logged on log steps, at the test gamma: the mean argmax bin of the data actions' distributions, and the
+        share of TD targets beyond the bins' range. Those are labelled as the edge value, so a critic whose
+        targets keep leaving the range cannot tell the states out there apart (e.g. an env whose time limit is
+        bootstrapped is worth reward / (1 - gamma) per step, more than its capped episode return)."""
+        with torch.no_grad():
+            top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
+            y_test = y[:, :, -1].float()  # (B, T, 1)
+            lo, hi = float(self.critics.bin_values[0]), float(self.critics.bin_values[-1])
+            return {"Critic Argmax Bin Mean (test gamma)": masked_mean(top, mask.unsqueeze(2)),
+                    "Critic Targets Above Bins (test gamma)": masked_mean((y_test > hi).float(), mask),
+                    "Critic Targets Below Bins (test gamma)": masked_mean((y_test < lo).float(), mask)}
