@@ -326,7 +326,8 @@ ROWS = {
     "multitask_continuous": {  # the pendulum row with the MultiTaskAgent: bins over its return range
         "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 200,
         "settings": {**PENDULUM, "agent.critic.min_return": -2000.0, "agent.critic.max_return": 100.0,
-                     "agent.critic.use_symlog": False, "agent.critic.label_type": "hlgauss", "agent.critic.sigma": 2.0},
+                     "agent.critic.use_symlog": False, "agent.critic.label_type": "hlgauss", "agent.critic.sigma": 2.0,
+                     "agent.online_coeff": 1.0, "agent.offline_coeff": 0.1},
         "notes": [],
     },
     "multitask_discrete": {
