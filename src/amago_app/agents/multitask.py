@@ -152,7 +152,7 @@ class MultiTaskAgent(Agent):
         with torch.no_grad():
             top = logits_data[:, :, :, -1].argmax(-1).float().unsqueeze(-1)  # (B, T, C, 1)
             y_test = y[:, :, -1].float()  # (B, T, 1)
-            lo, hi = float(self.critics.bin_values[0]), float(self.critics.bin_values[-1])
+            edges = self.critics.bin_values  # tensors, not floats: no device sync (or graph break) here
             return {"Critic Argmax Bin Mean (test gamma)": masked_mean(top, mask.unsqueeze(2)),
-                    "Critic Targets Above Bins (test gamma)": masked_mean((y_test > hi).float(), mask),
-                    "Critic Targets Below Bins (test gamma)": masked_mean((y_test < lo).float(), mask)}
+                    "Critic Targets Above Bins (test gamma)": masked_mean((y_test > edges[-1]).float(), mask),
+                    "Critic Targets Below Bins (test gamma)": masked_mean((y_test < edges[0]).float(), mask)}
