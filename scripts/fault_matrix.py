@@ -311,7 +311,7 @@ BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 
 def hostile(rows, work: Path) -> None:
-    """Hostile directories, files, envs and disks (issue 19): a new run never takes over a directory, names of
+    """Hostile directories, files, envs and disks: a new run never takes over a directory, names of
     the same second are not shared, damaged files are rebuilt or skipped, hangs end, every error is one line."""
     import json
 
