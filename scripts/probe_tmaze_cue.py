@@ -1,0 +1,85 @@
+"""Does a trained passive T-maze agent's memory carry the cue to the junction?
+
+A seed that stays in one arm (success ~0.5) has learned the corridor but not the cue. This probe tells the two
+failures apart: it walks the real env down the corridor with "right" moves for both goal sides, feeds each
+whole episode to the saved agent, and prints at the junction the policy's arm probabilities, the Agent's
+Q-values of the two arms (test gamma, PopArt-normalized), and how far apart the memory's two states are
+relative to their size. A memory that ignores the cue gives a distance near 0 and the same arm for both sides;
+a memory-free agent gives exactly 0.
+
+    python scripts/probe_tmaze_cue.py runs/tmaze-H50/<time> --checkpoint latest
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+import amago_app
+from amago_app.agents.agent import Agent
+from amago_app.data.timestep import Timestep
+from amago_app.envs.builtin.tmaze import DOWN, RIGHT, UP, TMazePassive
+from amago_app.interaction.rollout import timestep_tensors
+
+
+def corridor_episode(policy, goal: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Policy inputs (1, H + 1, ...) of a passive T-maze episode walked with H "right" moves to the junction."""
+    horizon = int(policy.cfg.env.horizon)
+    env = TMazePassive(corridor_length=horizon)
+    seed = 0
+    obs, _ = env.reset(seed=seed)
+    while obs[1] != goal:  # the start cell shows the goal side: draw rooms until it is the asked one
+        seed += 1
+        obs, _ = env.reset(seed=seed)
+    steps, prev, reward = [], np.zeros((1, policy.action_space.n), np.float32), 0.0
+    for t in range(horizon + 1):
+        ts = Timestep(obs={"observation": obs[None]}, prev_action=prev, reward=np.array([reward], np.float32),
+                      time_idx=np.array([t]), terminal=np.zeros(1, dtype=bool))
+        steps.append(timestep_tensors(ts, policy.device))
+        if t < horizon:
+            obs, reward, *_ = env.step(RIGHT)
+            prev = np.eye(policy.action_space.n, dtype=np.float32)[[RIGHT]]
+    obs_seq = {k: torch.cat([s[0][k] for s in steps], 1) for k in steps[0][0]}
+    return obs_seq, torch.cat([s[1] for s in steps], 1), torch.cat([s[2] for s in steps], 1)
+
+
+@torch.no_grad()
+def probe(run: str, checkpoint: str = "latest") -> dict:
+    policy = amago_app.load_policy(run, checkpoint=checkpoint)
+    if policy.cfg.env.make.get("_target_", "").rsplit(".", 1)[-1] != "TMazePassive":
+        raise SystemExit(f"probe_tmaze_cue: {run} was not trained on TMazePassive (env.make: "
+                         f"{policy.cfg.env.make.get('_target_')})")
+    agent = policy.agent
+    out = {}
+    for goal in (1, -1):
+        obs, rl2, time_idx = corridor_episode(policy, goal)
+        s, _ = agent.get_state(obs, rl2, time_idx)
+        probs = agent.policy(agent.actor, s[:, -1:], obs, slice(-1, None)).probs[0, 0, -1].float()
+        row = {"state": s[0, -1].float(), "p_up": probs[UP].item(), "p_down": probs[DOWN].item()}
+        if type(agent) is Agent:  # scalar values per action (the MultiTaskAgent's critic outputs distributions)
+            q = agent._discrete_q_table(agent.critics, s[:, -1:])[0, 0, :, -1].mean(0).float()
+            row["q_up"], row["q_down"] = q[UP].item(), q[DOWN].item()
+        out[goal] = row
+    gap = (out[1]["state"] - out[-1]["state"]).norm().item()
+    out["relative_state_gap"] = gap / max(out[1]["state"].norm().item(), 1e-12)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run directory (or policy .pt) trained on the passive T-maze")
+    parser.add_argument("--checkpoint", default="latest", help="latest | best | an epoch (default: latest)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    res = probe(args.run, args.checkpoint)
+    for goal, name in ((1, "up"), (-1, "down")):
+        r = res[goal]
+        q = f"  Q(up) {r['q_up']:+.3f}  Q(down) {r['q_down']:+.3f}" if "q_up" in r else ""
+        print(f"goal {name:4s}: pi(up) {r['p_up']:.3f}  pi(down) {r['p_down']:.3f}{q}")
+    print(f"memory state at the junction, goal up vs down: relative distance {res['relative_state_gap']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
