@@ -291,7 +291,7 @@ ROWS = {
         "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 500,
         "settings": {
             "agent.online_coeff": 1.0,
-            "agent.offline_coeff": 0.1,
+            "agent.offline_coeff": 0.0,
             "agent.critic.min_return": -50.0,
             "agent.critic.max_return": 4100.0,
             "agent.critic.output_bins": 32,
