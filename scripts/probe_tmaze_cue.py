@@ -19,6 +19,7 @@ import torch
 
 import amago_app
 from amago_app.agents.agent import Agent
+from amago_app.cli.errors import report_user_errors
 from amago_app.data.timestep import Timestep
 from amago_app.envs.builtin.tmaze import DOWN, RIGHT, UP, TMazePassive
 from amago_app.interaction.rollout import timestep_tensors
@@ -49,8 +50,7 @@ def corridor_episode(policy, goal: int) -> tuple[dict, torch.Tensor, torch.Tenso
 def probe(run: str, checkpoint: str = "latest") -> dict:
     policy = amago_app.load_policy(run, checkpoint=checkpoint)
     if policy.cfg.env.make.get("_target_", "").rsplit(".", 1)[-1] != "TMazePassive":
-        raise SystemExit(f"probe_tmaze_cue: {run} was not trained on TMazePassive (env.make: "
-                         f"{policy.cfg.env.make.get('_target_')})")
+        raise ValueError(f"{run} was not trained on TMazePassive (env.make: {policy.cfg.env.make.get('_target_')})")
     agent = policy.agent
     out = {}
     for goal in (1, -1):
@@ -73,7 +73,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", default="latest", help="latest | best | an epoch (default: latest)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    res = probe(args.run, args.checkpoint)
+    checkpoint = int(args.checkpoint) if args.checkpoint.isdigit() else args.checkpoint
+    with report_user_errors("probe_tmaze_cue"):  # a wrong path or env: one line, exit 2
+        res = probe(args.run, checkpoint)
     for goal, name in ((1, "up"), (-1, "down")):
         r = res[goal]
         q = f"  Q(up) {r['q_up']:+.3f}  Q(down) {r['q_down']:+.3f}" if "q_up" in r else ""

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 import amago_app
 from conftest import TINY
@@ -45,7 +44,12 @@ def test_a_memory_free_agent_has_no_cue_at_the_junction(tmp_path):
     assert res[1]["p_up"] == res[-1]["p_up"] and res[1]["q_down"] == res[-1]["q_down"]
 
 
-def test_a_run_on_another_env_is_refused(tmp_path):
+def test_a_run_on_another_env_or_a_missing_checkpoint_is_one_line(tmp_path, saved_run):
     run = tiny_run(tmp_path, "env=key_door", "env.horizon=6")
-    with pytest.raises(SystemExit, match="was not trained on TMazePassive"):
-        load_script().probe(str(run))
+    for args, says in (([str(run)], "was not trained on TMazePassive"),
+                       ([str(saved_run), "--checkpoint", "7"], "checkpoint=7 is not saved")):
+        r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                           env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("probe_tmaze_cue: error: "), r.stderr
+        assert says in lines[0]
