@@ -20,9 +20,8 @@ import torch
 import amago_app
 from amago_app.agents.agent import Agent
 from amago_app.cli.errors import report_user_errors
-from amago_app.data.timestep import Timestep
+from amago_app.data.timestep import make_rl2
 from amago_app.envs.builtin.tmaze import DOWN, RIGHT, UP, TMazePassive
-from amago_app.interaction.rollout import timestep_tensors
 
 
 def corridor_episode(policy, goal: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
@@ -34,20 +33,23 @@ def corridor_episode(policy, goal: int) -> tuple[dict, torch.Tensor, torch.Tenso
     while obs[1] != goal:  # the start cell shows the goal side: draw rooms until it is the asked one
         seed += 1
         obs, _ = env.reset(seed=seed)
-    steps, prev, reward = [], np.zeros((1, policy.action_space.n), np.float32), 0.0
-    for t in range(horizon + 1):
-        ts = Timestep(obs={"observation": obs[None]}, prev_action=prev, reward=np.array([reward], np.float32),
-                      time_idx=np.array([t]), terminal=np.zeros(1, dtype=bool))
-        steps.append(timestep_tensors(ts, policy.device))
-        if t < horizon:
-            obs, reward, *_ = env.step(RIGHT)
-            prev = np.eye(policy.action_space.n, dtype=np.float32)[[RIGHT]]
-    obs_seq = {k: torch.cat([s[0][k] for s in steps], 1) for k in steps[0][0]}
-    return obs_seq, torch.cat([s[1] for s in steps], 1), torch.cat([s[2] for s in steps], 1)
+    observations, rewards = [obs], [0.0]  # the first timestep has no previous action or reward
+    for _ in range(horizon):
+        obs, reward, *_ = env.step(RIGHT)
+        observations.append(obs)
+        rewards.append(reward)
+    prev_actions = np.zeros((horizon + 1, policy.action_space.n), np.float32)
+    prev_actions[1:, RIGHT] = 1.0
+
+    def as_input(a: np.ndarray) -> torch.Tensor:  # (T, ...) -> (1, T, ...) on the policy's device
+        return torch.as_tensor(a, device=policy.device).unsqueeze(0)
+
+    return ({"observation": as_input(np.stack(observations))}, as_input(make_rl2(np.array(rewards), prev_actions)),
+            as_input(np.arange(horizon + 1)[:, None]))
 
 
 @torch.no_grad()
-def probe(run: str, checkpoint: str = "latest") -> dict:
+def probe(run: str, checkpoint: str | int = "latest") -> dict:
     policy = amago_app.load_policy(run, checkpoint=checkpoint)
     if policy.cfg.env.make.get("_target_", "").rsplit(".", 1)[-1] != "TMazePassive":
         raise ValueError(f"{run} was not trained on TMazePassive (env.make: {policy.cfg.env.make.get('_target_')})")
