@@ -98,3 +98,50 @@ def test_temp_files_are_invisible(tmp_path):
 def test_bad_capacity():
     with pytest.raises(ValueError, match="max_size must be >= 1, got 0"):
         DiskBuffer("/tmp/unused-amago", "x", max_size=0)
+
+
+def test_weighted_sampling_draws_files_in_proportion_to_the_weight(tmp_path):
+    buf = DiskBuffer(tmp_path, "r")
+    for i, n in enumerate((2, 10, 40)):
+        save_trajectory(random_trajectory(n, seed=i), buf.fifo_dir, "env")
+    buf.refresh()
+    rng = np.random.default_rng(0)
+    counts = Counter(len(buf.sample_random_trajectory(rng, weight=lambda t: t)) for _ in range(6000))
+    for n in (2, 10, 40):
+        assert abs(counts[n] / 6000 - n / 52) < 0.02, counts
+    # a refresh that adds a file starts a new index, so the new file is weighed too
+    save_trajectory(random_trajectory(100, seed=9), buf.fifo_dir, "env")
+    buf.refresh()
+    counts = Counter(len(buf.sample_random_trajectory(rng, weight=lambda t: t)) for _ in range(6000))
+    assert abs(counts[100] / 6000 - 100 / 152) < 0.02, counts
+
+
+def test_weighted_draws_do_not_depend_on_earlier_draws(tmp_path):
+    """A resumed run's buffer has drawn nothing yet: its draws must equal those of one that has."""
+    buf = DiskBuffer(tmp_path, "r")
+    _fill(buf.fifo_dir, 5)
+    buf.refresh()
+    weight = lambda t: t * t  # noqa: E731
+    buf.sample_random_trajectory(np.random.default_rng(7), weight=weight)  # builds the cache
+    warm = [len(buf.sample_random_trajectory(np.random.default_rng(s), weight=weight)) for s in range(20)]
+    fresh = DiskBuffer(tmp_path, "r")
+    cold = [len(fresh.sample_random_trajectory(np.random.default_rng(s), weight=weight)) for s in range(20)]
+    assert warm == cold and len(set(warm)) > 1
+
+
+def test_unreadable_files_are_still_skipped_with_weights(tmp_path):
+    buf = DiskBuffer(tmp_path, "r")
+    _fill(buf.fifo_dir, 2)
+    (buf.fifo_dir / "env_broken_1.0.npz").write_bytes(b"not a zip")
+    buf.refresh()
+    rng = np.random.default_rng(0)
+    lengths = {len(buf.sample_random_trajectory(rng, weight=lambda t: t)) for _ in range(200)}
+    assert lengths == {3, 4} and buf.stats()["Skipped Files"] == 1
+
+
+def test_bad_weights_are_refused(tmp_path):
+    buf = DiskBuffer(tmp_path, "r")
+    _fill(buf.fifo_dir, 2)
+    buf.refresh()
+    with pytest.raises(ValueError, match="file weights must be finite, non-negative and not all zero"):
+        buf.sample_random_trajectory(np.random.default_rng(0), weight=lambda t: 0.0)

@@ -4,7 +4,7 @@ import torch
 
 from amago_app.data.buffer import DiskBuffer
 from amago_app.data.files import save_trajectory
-from amago_app.data.loader import BatchLoader, collate, slice_window, window_bounds
+from amago_app.data.loader import BatchLoader, collate, slice_window, transition_weight, window_bounds
 from amago_app.data.timestep import MAGIC_PAD_VAL, padding_mask
 from amago_app.rundir import RunDirError
 from conftest import random_trajectory
@@ -92,3 +92,45 @@ def test_loader_errors_surface_in_the_training_thread(tmp_path):
 def test_fixed_length_batches(tmp_path):
     batch = next(iter(_loader(tmp_path, fixed_length=True).epoch(0, 1)))
     assert batch.rews.shape == (4, 6, 1)
+
+
+def _coverage(tmp_path, lengths, L, padded_sampling, sample_by, draws=30000):
+    """How often each stored transition lands in a window, averaged per file (files told apart by length)."""
+    buf = DiskBuffer(tmp_path, f"cov-{padded_sampling}-{sample_by}")
+    for i, T in enumerate(lengths):
+        save_trajectory(random_trajectory(T, seed=i), buf.fifo_dir, "env")
+    buf.refresh()
+    loader = BatchLoader(buf, batch_size=1, max_seq_len=L, padded_sampling=padded_sampling, sample_by=sample_by)
+    seen = {T: np.zeros(T) for T in lengths}
+    rng = np.random.default_rng(0)
+    for _ in range(draws):
+        traj = (buf.sample_random_trajectory(rng) if loader.file_weight is None
+                else buf.sample_random_trajectory(rng, weight=loader.file_weight))
+        start, stop = window_bounds(len(traj), L, padded_sampling, rng)
+        seen[len(traj)][start:stop] += 1
+    return {T: c.mean() / draws for T, c in seen.items()}
+
+
+@pytest.mark.parametrize("padded_sampling", ["none", "both"])
+def test_sample_by_transition_trains_on_every_transition_equally_often(tmp_path, padded_sampling):
+    lengths, L = (3, 6, 40, 150), 6
+    by_file = _coverage(tmp_path, lengths, L, padded_sampling, "file")
+    # the original rule: a transition of the 3-step file is seen far more often than one of the 150-step file
+    assert by_file[3] / by_file[150] > 10
+    by_transition = _coverage(tmp_path, lengths, L, padded_sampling, "transition")
+    for T in lengths:
+        assert abs(by_transition[T] / by_transition[150] - 1) < 0.1, by_transition
+
+
+def test_transition_weight_against_enumerated_windows():
+    rng = np.random.default_rng(0)
+    for T, L, mode in [(10, 4, "both"), (10, 4, "none"), (9, 4, "left"), (12, 5, "right"), (3, 8, "both")]:
+        # every window window_bounds can return, with its probability (starts are uniform)
+        windows = [window_bounds(T, L, mode, rng) for _ in range(20000)]
+        mean_len = np.mean([b - a for a, b in windows])
+        assert abs(transition_weight(T, L, mode) - T / mean_len) < 0.02 * T / mean_len
+
+
+def test_bad_sample_by(tmp_path):
+    with pytest.raises(ValueError, match="sample_by='windows' is not one of"):
+        BatchLoader(DiskBuffer(tmp_path, "x"), batch_size=2, max_seq_len=4, sample_by="windows")

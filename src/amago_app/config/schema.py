@@ -439,6 +439,10 @@ class BufferConfig:
     """Read pickle-based `.traj` buffer files. Unpickling runs code: enable only for files you trust."""
     padded_sampling: str = "none"
     """Window start distribution: none | both | left | right."""
+    sample_by: str = "file"
+    """Which file a window comes from: file (every file equally likely, the original AMAGO's rule) | transition
+    (files weighted so that every stored transition is trained on equally often; matters when files differ in
+    length, e.g. whole episodes that end early)."""
     fixed_length: bool = False
     """Pad every batch to max_seq_len (static shapes for torch.compile / CUDA graphs)."""
     prefetch: int = 2

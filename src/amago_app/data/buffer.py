@@ -22,7 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from amago_app.data.files import TRAJ_EXTENSIONS, PickleNotAllowed, load_trajectory, timestamp_of
+from amago_app.data.files import (TRAJ_EXTENSIONS, PickleNotAllowed, load_trajectory, timestamp_of,
+                                  trajectory_length)
 from amago_app.rundir import RunDirError
 from amago_app.data.timestep import BadTrajectory, Trajectory, TrajectorySpec
 
@@ -43,8 +44,12 @@ class Buffer(ABC):
         self.has_edit_rights = has_edit_rights
 
     @abstractmethod
-    def sample_random_trajectory(self, rng: np.random.Generator) -> Trajectory:
-        """One full-length trajectory (the loader slices the training window)."""
+    def sample_random_trajectory(self, rng: np.random.Generator,
+                                 weight: Callable[[int], float] | None = None) -> Trajectory:
+        """One full-length trajectory (the loader slices the training window). `weight`: None draws every file
+        with the same probability; otherwise a file of T transitions is drawn with probability proportional to
+        weight(T) (the loader passes it with `buffer.sample_by=transition`; a buffer that cannot weigh its files
+        must raise rather than ignore it)."""
 
     @property
     def ready_for_training(self) -> bool:
@@ -93,14 +98,15 @@ class NoBuffer(Buffer):
     def ready_for_training(self) -> bool:
         return False
 
-    def sample_random_trajectory(self, rng):
+    def sample_random_trajectory(self, rng, weight=None):
         raise RuntimeError("NoBuffer has no data to sample")
 
 
 class DiskBuffer(Buffer):
     """The replay buffer: `{root}/{name}/buffer/fifo` (actors write, oldest trimmed) and `.../protected`.
 
-    Capacity is counted in files. Sampling is uniform over files. Decoded files are kept in an LRU cache of
+    Capacity is counted in files. Sampling is uniform over files, or weighted by a function of their lengths
+    (`weight`; each file's length is read once, from its small `rews` array, and remembered). Decoded files are kept in an LRU cache of
     `cache_gb` so that a file is decoded once, not once per sample (files are immutable once renamed into place).
 
     Several runs may share one buffer (collect/learn split, offline mixtures). Only one process trims the FIFO
@@ -151,6 +157,8 @@ class DiskBuffer(Buffer):
         self._cache: OrderedDict[str, Trajectory] = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = int(cache_gb * 2**30)
+        self._lengths: dict[str, int] = {}  # transitions per file, for weighted sampling
+        self._weighted: tuple | None = None  # (file list, weight function, cumulative weights) of the last draw
         self._lock = threading.Lock()
         self.refresh()
 
@@ -171,6 +179,7 @@ class DiskBuffer(Buffer):
             alive = set(self._all_files)
             for path in [p for p in self._cache if p not in alive]:
                 self._cache_bytes -= _nbytes(self._cache.pop(path))
+            self._lengths = {p: n for p, n in self._lengths.items() if p in alive}
 
     def __len__(self) -> int:
         return len(self._all_files)
@@ -304,7 +313,36 @@ class DiskBuffer(Buffer):
         with self._lock:
             self._all_files = [p for p in self._all_files if p != path]
 
-    def sample_random_trajectory(self, rng: np.random.Generator) -> Trajectory:
+    def _length(self, path: str) -> int:
+        """Transitions in a file, read once. A file whose length cannot be read counts as one transition: it is
+        still drawn now and then, and the regular load skips it with its warning."""
+        n = self._lengths.get(path)
+        if n is None:
+            try:
+                n = trajectory_length(path, allow_pickle=self.allow_pickle)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError, TypeError):
+                n = 1
+            self._lengths[path] = n
+        return n
+
+    def _weighted_pick(self, files: list[str], weight: Callable[[int], float], rng: np.random.Generator) -> str:
+        """A file drawn with probability proportional to weight(its length). The cumulative weights are kept
+        while the index (a new list after every refresh or drop) and the weight function stay the same, so a
+        draw costs one binary search."""
+        cached = self._weighted
+        if cached is not None and cached[0] is files and cached[1] is weight:
+            cumulative = cached[2]
+        else:
+            w = np.array([float(weight(self._length(p))) for p in files])
+            if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+                raise ValueError("file weights must be finite, non-negative and not all zero")
+            cumulative = np.cumsum(w)
+            self._weighted = (files, weight, cumulative)
+        i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+        return files[min(i, len(files) - 1)]
+
+    def sample_random_trajectory(self, rng: np.random.Generator,
+                                 weight: Callable[[int], float] | None = None) -> Trajectory:
         refreshed = False
         while True:
             files = self._all_files
@@ -315,7 +353,7 @@ class DiskBuffer(Buffer):
                 self.refresh()  # every indexed file vanished (trimmed by another run): look again
                 refreshed = True
                 continue
-            path = files[rng.integers(len(files))]
+            path = files[rng.integers(len(files))] if weight is None else self._weighted_pick(files, weight, rng)
             try:
                 traj = self.load(path)
             except FileNotFoundError:  # trimmed by another process since the last refresh

@@ -71,6 +71,15 @@ def save_trajectory(traj: Trajectory, directory: str | os.PathLike, env_name: st
 NPZ_KEYS = ("rl2s", "time_idxs", "rews", "dones", "actions")
 
 
+def trajectory_length(path: str | os.PathLike, allow_pickle: bool = False) -> int:
+    """Transitions in a trajectory file. For `.npz` only the small `rews` array is read."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            return int(data["rews"].shape[0])
+    return len(load_trajectory(path, allow_pickle=allow_pickle))
+
+
 def load_trajectory(path: str | os.PathLike, allow_pickle: bool = False) -> Trajectory:
     """Read a `.npz` or `.traj` file (dispatch on extension).
 

@@ -3,10 +3,18 @@
 The loader is persistent (built once per run). A background thread prepares the next batches while the
 learner computes, and each epoch draws from its own RNG seeded by (seed, rank, epoch), so the sequence of
 batches does not depend on thread timing and a resumed run samples exactly what the original would have.
+
+Which file a batch element comes from is `sample_by`: `file` draws every file with the same probability (the
+original AMAGO's rule), `transition` draws a file by `transition_weight`, so that every stored transition is
+trained on equally often. The two differ when files differ in length: with whole episodes per file, `file`
+hands the short episodes of an early, random policy out as often as the long ones of a good policy, and each
+transition of a 500-step episode is seen about 15 times less often than one of a 20-step episode (with
+32-step windows), its last transitions least of all (docs/design.md, "Loader windows and padding").
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from typing import Iterator
@@ -18,13 +26,12 @@ from amago_app.data.buffer import Buffer
 from amago_app.data.timestep import MAGIC_PAD_VAL, Batch, Trajectory
 
 PADDED_SAMPLING = ("none", "both", "left", "right")
+SAMPLE_BY = ("file", "transition")
 
 
-def window_bounds(length: int, max_seq_len: int, padded_sampling: str, rng: np.random.Generator) -> tuple[int, int]:
-    """[start, stop) transition range of a random window (docs/design.md). `length` = transitions in the file."""
+def _start_range(length: int, max_seq_len: int, padded_sampling: str) -> tuple[int, int]:
+    """The unclamped [low, high] range of window starts in a file of `length` > max_seq_len transitions."""
     L = max_seq_len
-    if length <= L:
-        return 0, length
     lows_highs = {
         "none": (0, length - L),
         "both": (-L + 1, length - 2),
@@ -35,7 +42,30 @@ def window_bounds(length: int, max_seq_len: int, padded_sampling: str, rng: np.r
         low, high = lows_highs[padded_sampling]
     except KeyError:
         raise ValueError(f"padded_sampling={padded_sampling!r} is not one of {PADDED_SAMPLING}") from None
-    start = int(rng.integers(low, max(high, low) + 1))
+    return low, max(high, low)
+
+
+@functools.lru_cache(maxsize=4096)
+def transition_weight(length: int, max_seq_len: int, padded_sampling: str) -> float:
+    """A file's weight under `sample_by=transition`: its transitions divided by the mean length of the windows
+    `window_bounds` cuts from it. Drawing files by this weight trains on every stored transition equally often
+    (on average over its file): a file that fits in one window weighs 1, a long one about length / max_seq_len
+    (more with padded windows, which are shorter)."""
+    if length <= max_seq_len:
+        return 1.0
+    low, high = _start_range(length, max_seq_len, padded_sampling)
+    starts = np.arange(low, high + 1)
+    window_lengths = np.minimum(starts + max_seq_len, length) - np.maximum(starts, 0)
+    return float(length / window_lengths.mean())
+
+
+def window_bounds(length: int, max_seq_len: int, padded_sampling: str, rng: np.random.Generator) -> tuple[int, int]:
+    """[start, stop) transition range of a random window (docs/design.md). `length` = transitions in the file."""
+    L = max_seq_len
+    if length <= L:
+        return 0, length
+    low, high = _start_range(length, L, padded_sampling)
+    start = int(rng.integers(low, high + 1))
     stop = start + L  # computed before clamping: negative starts give shorter windows beginning at 0
     return max(start, 0), min(stop, length)
 
@@ -89,9 +119,17 @@ class BatchLoader:
         seed: int = 0,
         rank: int = 0,
         pin_memory: bool = False,
+        sample_by: str = "file",
     ):
         if padded_sampling not in PADDED_SAMPLING:
             raise ValueError(f"padded_sampling={padded_sampling!r} is not one of {PADDED_SAMPLING}")
+        if sample_by not in SAMPLE_BY:
+            raise ValueError(f"sample_by={sample_by!r} is not one of {SAMPLE_BY}")
+        # one function object for the whole run: the buffer keeps its per-file weights while the index and
+        # this function stay the same
+        self.file_weight = (functools.partial(transition_weight, max_seq_len=max_seq_len,
+                                              padded_sampling=padded_sampling)
+                            if sample_by == "transition" else None)
         self.buffer = buffer
         self.batch_size = batch_size
         self.max_seq_len = max_seq_len
@@ -105,7 +143,8 @@ class BatchLoader:
     def make_batch(self, rng: np.random.Generator) -> Batch:
         windows = []
         for _ in range(self.batch_size):
-            traj = self.buffer.sample_random_trajectory(rng)
+            traj = (self.buffer.sample_random_trajectory(rng) if self.file_weight is None
+                    else self.buffer.sample_random_trajectory(rng, weight=self.file_weight))
             start, stop = window_bounds(len(traj), self.max_seq_len, self.padded_sampling, rng)
             windows.append(slice_window(traj, start, stop))
         batch = collate(windows, pad_to=self.max_seq_len if self.fixed_length else None)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -165,12 +165,15 @@ class MixtureBuffer(Buffer):
         return self._configured and bool(self.current_weights().sum() > 0)
 
     # --- sampling -----------------------------------------------------------------------------------
-    def sample_random_trajectory(self, rng: np.random.Generator) -> Trajectory:
+    def sample_random_trajectory(self, rng: np.random.Generator,
+                                 weight: Callable[[int], float] | None = None) -> Trajectory:
         p = self.normalized_weights()
         if not p.sum() > 0:
             raise RuntimeError(f"no dataset of the mixture is ready for training: {self.get_description()}")
         i = int(rng.choice(len(p), p=p))
-        traj = self.datasets[i].sample_random_trajectory(rng)
+        # the dataset is chosen by the mixture's weights; `weight` only weighs files inside it
+        traj = (self.datasets[i].sample_random_trajectory(rng) if weight is None
+                else self.datasets[i].sample_random_trajectory(rng, weight=weight))
         with self._lock:
             self._counts[i] += 1
         return traj

@@ -188,6 +188,7 @@ def build_loader(cfg: DictConfig, buffer: Buffer, rank: int, device: torch.devic
         buffer, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
         cfg.buffer.fixed_length or compile,
         cfg.buffer.prefetch, seed=cfg.seed, rank=rank, pin_memory=device.type == "cuda",
+        sample_by=cfg.buffer.sample_by,
     )
 
 
