@@ -98,6 +98,7 @@ BASE = {
     "buffer.stagger_traj_file_lengths": True,
     "buffer.save_trajs_as": "npz",
     "buffer.padded_sampling": "none",
+    "buffer.sample_by": "file",
     "buffer.relabeler": None,
     "trainer.epochs": 40,
     "trainer.train_timesteps_per_epoch": 100,
@@ -304,6 +305,8 @@ ROWS = {
             "max_seq_len": 32,
             "agent.n_step": 3,
             "env.traj_save_len": 512,
+            "buffer.padded_sampling": "both",
+            "buffer.sample_by": "transition",
             "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
             "exploration.eps_start": 1.0,
             "exploration.eps_end": 0.05,
@@ -436,6 +439,7 @@ TRANSLATION = {
     "buffer.stagger_traj_file_lengths": "Experiment.stagger_traj_file_lengths",
     "buffer.save_trajs_as": "Experiment.save_trajs_as",
     "buffer.padded_sampling": "Experiment.padded_sampling",
+    "buffer.sample_by": "own:file",  # the original draws every file with the same probability
     "exploration._target_": "exploration:kind",
     **{f"exploration.{k}": f"exploration:{k}"
        for k in ("eps_start", "eps_end", "steps_anneal", "randomize_eps", "decision_steps", "corridor_eps",

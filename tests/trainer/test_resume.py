@@ -43,16 +43,20 @@ def _state(run_dir, epoch):
     return read_checkpoint(Checkpoints(run_dir).state_dir(epoch) / "main.pt")
 
 
-def test_resume_is_exact(tmp_path):
+# files drawn uniformly (the default), and weighted by their transitions: the weighted draws must not depend on
+# what the buffer drew before the checkpoint (a resumed run's buffer has drawn nothing yet)
+@pytest.mark.parametrize("sampling", [[], ["buffer.sample_by=transition", "buffer.padded_sampling=both",
+                                           "max_seq_len=3"]], ids=["by_file", "by_transition"])
+def test_resume_is_exact(tmp_path, sampling):
     _protected_data(tmp_path / "buffers")
     straight = tmp_path / "straight"
-    train(_offline_cfg(tmp_path, epochs=4), straight)
+    train(_offline_cfg(tmp_path, epochs=4, extra=sampling), straight)
 
     split = tmp_path / "split"
-    train(_offline_cfg(tmp_path, epochs=2), split)
+    train(_offline_cfg(tmp_path, epochs=2, extra=sampling), split)
     first_half = _state(split, 1)
     assert first_half["counters"]["epoch"] == 2 and first_half["counters"]["gradient_steps"] == 6
-    resumed = train(_offline_cfg(tmp_path, epochs=2, extra=[f"resume={split}"]), tmp_path / "ignored",
+    resumed = train(_offline_cfg(tmp_path, epochs=2, extra=[*sampling, f"resume={split}"]), tmp_path / "ignored",
                     overrides=[f"resume={split}", "trainer.epochs=4"])
     assert not (tmp_path / "ignored").exists() or not any((tmp_path / "ignored").iterdir())
     assert resumed["epochs"] == 4 and resumed["gradient_steps"] == 12
