@@ -221,3 +221,21 @@ def test_buffer_options_build_the_right_dataset(tmp_path):
                                      "buffer.datasets.offline.dataset.name=demos"]), run)
     with pytest.raises(ValueError, match="buffer.kind='tape'"):
         build_buffer(compose_config(["buffer.kind=tape"]), run)
+
+
+def test_file_weights_apply_inside_each_dataset_not_across_them(tmp_path):
+    """`sample_by=transition` weighs the files of the dataset the mixture chose; the mixture's own weights still
+    decide how often each dataset is drawn."""
+    a = DiskBuffer(tmp_path, "a")
+    for i, n in enumerate((2, 18)):
+        save_trajectory(random_trajectory(n, seed=i), a.fifo_dir, "env")
+    a.refresh()
+    DiskBuffer(tmp_path, "b")  # makes the directories of the offline dataset
+    save_trajectory(random_trajectory(50, seed=3), tmp_path / "b" / "buffer" / "protected", "env")
+    b = DiskBuffer(tmp_path, "b", read_only=True, min_size=0)
+    mix = MixtureBuffer([a, b], [0.5, 0.5])
+    mix.configure()
+    rng = np.random.default_rng(0)
+    lengths = [len(mix.sample_random_trajectory(rng, weight=lambda t: t)) for _ in range(4000)]
+    assert abs(lengths.count(50) / 4000 - 0.5) < 0.03  # not 50 / 70 of the draws
+    assert abs(lengths.count(18) / 4000 - 0.5 * 18 / 20) < 0.03

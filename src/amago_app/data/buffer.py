@@ -106,8 +106,9 @@ class DiskBuffer(Buffer):
     """The replay buffer: `{root}/{name}/buffer/fifo` (actors write, oldest trimmed) and `.../protected`.
 
     Capacity is counted in files. Sampling is uniform over files, or weighted by a function of their lengths
-    (`weight`; each file's length is read once, from its small `rews` array, and remembered). Decoded files are kept in an LRU cache of
-    `cache_gb` so that a file is decoded once, not once per sample (files are immutable once renamed into place).
+    (`weight`; each file's length is read once, from its small `rews` array, and remembered). Decoded files are
+    kept in an LRU cache of `cache_gb` so that a file is decoded once, not once per sample (files are immutable
+    once renamed into place).
 
     Several runs may share one buffer (collect/learn split, offline mixtures). Only one process trims the FIFO
     at a time: the one holding an exclusive `flock` on `buffer/.trim-owner.lock` (taken at its first trim and
