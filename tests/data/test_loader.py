@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from amago_app.data.buffer import DiskBuffer
+from amago_app.data.buffer import DiskBuffer, draw_trajectory
 from amago_app.data.files import save_trajectory
 from amago_app.data.loader import BatchLoader, collate, slice_window, transition_weight, window_bounds
 from amago_app.data.timestep import MAGIC_PAD_VAL, padding_mask
@@ -104,8 +104,7 @@ def _coverage(tmp_path, lengths, L, padded_sampling, sample_by, draws=30000):
     seen = {T: np.zeros(T) for T in lengths}
     rng = np.random.default_rng(0)
     for _ in range(draws):
-        traj = (buf.sample_random_trajectory(rng) if loader.file_weight is None
-                else buf.sample_random_trajectory(rng, weight=loader.file_weight))
+        traj = draw_trajectory(buf, rng, loader.file_weight)
         start, stop = window_bounds(len(traj), L, padded_sampling, rng)
         seen[len(traj)][start:stop] += 1
     return {T: c.mean() / draws for T, c in seen.items()}

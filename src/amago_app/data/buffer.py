@@ -91,6 +91,15 @@ class Buffer(ABC):
         """What the run's trajectories must hold (its spaces); a dataset reading files skips those that differ."""
 
 
+def draw_trajectory(buffer: Buffer, rng: np.random.Generator,
+                    weight: Callable[[int], float] | None = None) -> Trajectory:
+    """`buffer.sample_random_trajectory`, given `weight` only when one is set: a buffer written before the
+    argument existed keeps working with the default rule (files drawn uniformly)."""
+    if weight is None:
+        return buffer.sample_random_trajectory(rng)
+    return buffer.sample_random_trajectory(rng, weight=weight)
+
+
 class NoBuffer(Buffer):
     """Never ready and saves nothing: evaluation-only experiments."""
 

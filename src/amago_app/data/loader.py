@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from amago_app.data.buffer import Buffer
+from amago_app.data.buffer import Buffer, draw_trajectory
 from amago_app.data.timestep import MAGIC_PAD_VAL, Batch, Trajectory
 
 PADDED_SAMPLING = ("none", "both", "left", "right")
@@ -143,8 +143,7 @@ class BatchLoader:
     def make_batch(self, rng: np.random.Generator) -> Batch:
         windows = []
         for _ in range(self.batch_size):
-            traj = (self.buffer.sample_random_trajectory(rng) if self.file_weight is None
-                    else self.buffer.sample_random_trajectory(rng, weight=self.file_weight))
+            traj = draw_trajectory(self.buffer, rng, self.file_weight)
             start, stop = window_bounds(len(traj), self.max_seq_len, self.padded_sampling, rng)
             windows.append(slice_window(traj, start, stop))
         batch = collate(windows, pad_to=self.max_seq_len if self.fixed_length else None)

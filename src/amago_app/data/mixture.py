@@ -34,7 +34,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from amago_app.data.buffer import Buffer
+from amago_app.data.buffer import Buffer, draw_trajectory
 from amago_app.data.timestep import Trajectory
 
 
@@ -172,8 +172,7 @@ class MixtureBuffer(Buffer):
             raise RuntimeError(f"no dataset of the mixture is ready for training: {self.get_description()}")
         i = int(rng.choice(len(p), p=p))
         # the dataset is chosen by the mixture's weights; `weight` only weighs files inside it
-        traj = (self.datasets[i].sample_random_trajectory(rng) if weight is None
-                else self.datasets[i].sample_random_trajectory(rng, weight=weight))
+        traj = draw_trajectory(self.datasets[i], rng, weight)
         with self._lock:
             self._counts[i] += 1
         return traj
