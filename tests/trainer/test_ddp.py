@@ -59,13 +59,15 @@ def test_workers_exit_when_the_launcher_is_killed(tmp_path):
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launcher = subprocess.Popen([TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "amago_app.cli.train", *TINY,
-                                 "trainer.epochs=100000", "trainer.threads=1", f"hydra.run.dir={run_dir}"],
-                                cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "launcher.log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen([TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "amago_app.cli.train",
+                                     *TINY, "trainer.epochs=100000", "trainer.threads=1", f"hydra.run.dir={run_dir}"],
+                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         while not (run_dir / "ckpts" / "training_states" / "epoch_0").exists():  # both workers are training
-            assert launcher.poll() is None and time.monotonic() < deadline
+            assert launcher.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(0.2)
         workers = [p for p in psutil.Process(launcher.pid).children(recursive=True) if "amago_app" in " ".join(p.cmdline())]
         assert len(workers) == 2
@@ -74,3 +76,37 @@ def test_workers_exit_when_the_launcher_is_killed(tmp_path):
         launcher.wait()
     gone, alive = psutil.wait_procs(workers, timeout=30)
     assert not alive, [p.pid for p in alive]
+
+
+def test_a_worker_rank_writes_nothing_in_the_run_directory_before_rank_0_claims_it(tmp_path):
+    """A worker that reaches Hydra first must not put its .hydra/ record in an explicit hydra.run.dir: rank 0
+    would then find the directory not empty and refuse its own run. Here rank 1 is started alone and given all
+    the time it needs (the rendezvous holds it until rank 0 comes), which under torchrun only happens by chance."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    cmd = [sys.executable, "-m", "amago_app.cli.train", *TINY, "trainer.epochs=1", "trainer.threads=1",
+           f"hydra.run.dir={run_dir}"]
+    worker = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "RANK": "1", "LOCAL_RANK": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run_dir / ".hydra").exists() or list(scratch.glob("amago-rank1-*/.hydra/config.yaml"))):
+            assert worker.poll() is None and time.monotonic() < deadline, "rank 1 did not start"
+            time.sleep(0.2)
+        assert not run_dir.exists()  # its Hydra output went to a private directory
+        main = subprocess.run(cmd, cwd=tmp_path, env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+                              capture_output=True, text=True, timeout=300)
+        assert main.returncode == 0, main.stderr[-3000:]
+        assert worker.wait(60) == 0, worker.stdout.read()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert json.loads((run_dir / "metrics" / "buffer.jsonl").read_text().splitlines()[-1])["total_frames"] == 2 * 2 * 8
+    assert not list(scratch.glob("amago-rank*"))  # and rank 1 removed its private directory

@@ -10,7 +10,9 @@ from __future__ import annotations
 import errno
 import math
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -24,6 +26,7 @@ from amago_app.trainer.stopping import EXIT_CODES
 
 setup()
 _stopped_by: str | None = None  # "SIGINT" / "SIGTERM" when a signal stopped training (the state is saved)
+_private_hydra_dir: Path | None = None  # a DDP worker's own Hydra output (see _claim_output_dir), removed at exit
 
 OBJECTIVES = ("final", "best")
 
@@ -146,10 +149,17 @@ def _claim_output_dir(args: list[str]):
     held until the process ends."""
     from amago_app.rundir import RunLock, check_fresh_run_dir, claim_fresh_run_dir, find_training_state, run_dir_of_state
 
-    if int(os.environ.get("RANK", "0")) != 0:  # DDP workers: rank 0 owns the directory
-        return None
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in args):
         return None  # --cfg, --help, --info, ...: Hydra prints and writes nothing
+    if int(os.environ.get("RANK", "0")) != 0:  # DDP workers: rank 0 owns the directory
+        if not any(a in MULTIRUN_FLAGS for a in args):
+            # Hydra writes .hydra/ and its log before this rank meets rank 0: into the run directory, that could
+            # land before rank 0 checked it is empty (which then refuses its own run). This rank learns rank 0's
+            # directory when the process group starts and deletes its private one (trainer.build.shared_run_dir)
+            global _private_hydra_dir
+            _private_hydra_dir = Path(tempfile.mkdtemp(prefix=f"amago-rank{os.environ['RANK']}-"))
+            _pin("hydra.run.dir", _private_hydra_dir)
+        return None
     resume = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
     resume = resume[-1] if resume and resume[-1] not in ("", "null") else None
     if any(a in MULTIRUN_FLAGS for a in args):
@@ -208,6 +218,8 @@ def main() -> None:
     finally:
         if lock is not None:
             lock.release()
+        if _private_hydra_dir is not None:
+            shutil.rmtree(_private_hydra_dir, ignore_errors=True)
         if _launched():  # (the import is heavy: not for --help or a single-process run)
             from amago_app.trainer.run import end_process_group
 
