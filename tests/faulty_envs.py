@@ -49,3 +49,20 @@ class Faulty(gym.Env):
 
 def make(fault: str = "nan_reward", bad_step: int = 3, start_after: int = 0, render_mode: str | None = None):
     return Faulty(fault, bad_step, start_after=start_after, render_mode=render_mode)
+
+
+_slept = False
+
+
+def slow_start_tmaze(corridor_length: int, seconds: float, process_name: str):
+    """The passive T-maze, whose first construction in the process named `process_name` (e.g. `amago-collector1`,
+    an async collector) takes `seconds` longer: a collector that is slow to start."""
+    import multiprocessing
+
+    from amago_app.envs.builtin.tmaze import TMazePassive
+
+    global _slept
+    if not _slept and multiprocessing.current_process().name == process_name:
+        time.sleep(seconds)
+        _slept = True
+    return TMazePassive(corridor_length=corridor_length)

@@ -48,11 +48,15 @@ def _collectors(pid: int) -> set[int]:
 
 @linux_only
 def test_async_learner_keeps_the_ratio_and_stops_its_collectors(tmp_path):
+    """Collector 1 takes 8 s longer to start: the learner must still wait for it (else collector 0 alone can
+    supply every env step this short run needs before collector 1 has acted)."""
     before = _collectors(os.getpid())
     ratio, slack = 0.05, 2
     cfg = compose_config(["trainer.mode=async", "trainer.collectors=2", "trainer.threads=1", "trainer.epochs=4",
                           "trainer.train_batches_per_epoch=4", f"trainer.utd_ratio={ratio}",
-                          f"trainer.utd_slack={slack}", "trainer.log_interval=1"])
+                          f"trainer.utd_slack={slack}", "trainer.log_interval=1",
+                          "env.make._target_=faulty_envs.slow_start_tmaze", "+env.make.seconds=8",
+                          "+env.make.process_name=amago-collector1"])
     result = train(cfg, tmp_path / "run")
     run = tmp_path / "run"
     assert result["gradient_steps"] == 4 * 4 and result["epochs"] == 4

@@ -7,7 +7,9 @@ learner's `ckpts/latest/policy.pt` before every collection epoch (after any paci
 weights of the moment it starts collecting) and writing rollouts into the run's buffer.
 The learner validates, trims the buffer, updates and publishes its weights every epoch, as in mode=both.
 
-Pacing, through three shared counters (env steps per collector, the learner's gradient steps, a stop flag):
+Pacing, through shared counters (env steps per collector, the learner's gradient steps, a stop flag, a ready
+flag per collector):
+- the learner's first update waits until every collector has built its envs and policy;
 - the learner never exceeds `utd_ratio` gradient steps per env step: before an update that would, it waits;
 - a collector pauses while the data already collected is more than `utd_slack` gradient steps ahead of the
   learner, so collection runs at most about one learner epoch ahead of learning.
@@ -48,6 +50,11 @@ class Pacing:
         self.frames = ctx.Array("q", n_collectors)  # env steps written to the buffer, per collector
         self.updates = ctx.Value("q", 0)  # the learner's gradient steps
         self.stop = ctx.Event()
+        self.ready = ctx.Array("b", n_collectors)  # 1 once a collector has built its envs and policy
+
+    def not_ready(self) -> list[int]:
+        with self.ready.get_lock():
+            return [i for i, r in enumerate(self.ready) if not r]
 
     def collected(self) -> int:
         with self.frames.get_lock():
@@ -173,6 +180,7 @@ def _collector_main(cfg_container: dict, run_dir: str, index: int, pacing: Pacin
     setup()
     collector = AsyncCollector(OmegaConf.create(cfg_container), Path(run_dir), index, pacing, ratio, slack)
     collector.base_frames = base_frames
+    pacing.ready[index] = 1
     try:
         collector.learn()
     except _Stopped:
@@ -238,8 +246,21 @@ class AsyncLearner(Trainer):
     def _sync_frames(self) -> None:
         self.counters.total_frames = self.base_frames + self.pacing.collected()
 
+    def wait_for_collectors(self) -> None:
+        """Learning starts once every collector is up: otherwise the first to start can supply all the data the
+        pacing allows before a slower one has built its envs, and a short run never sees that one's rollouts."""
+        start, told = time.monotonic(), False
+        while waiting := self.pacing.not_ready():
+            self.check_collectors()
+            if not told and time.monotonic() - start > 60 and self.console and self.console.enabled:
+                self.console.print(f"  async: still waiting for collector(s) {waiting} to build their envs and policy")
+                told = True
+            time.sleep(POLL_S)
+
     def store(self) -> None:
-        """Buffer housekeeping as usual, after waiting for the collectors' first files."""
+        """Buffer housekeeping as usual, after waiting for every collector to start and for their first files."""
+        if self.pacing.not_ready():
+            self.wait_for_collectors()
         self._sync_frames()
         super().store()
         while not self.buffer.ready_for_training:
