@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,13 @@ TINY = [
     "trainer.batch_size=4", "trainer.train_batches_per_epoch=3", "trainer.train_timesteps_per_epoch=8",
     "trainer.val_interval=1", "trainer.log_interval=1", "trainer.lr_warmup_steps=2", "logger.verbose=false",
 ]
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now (for a rendezvous store)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def compose_config(overrides=(), tiny=True):

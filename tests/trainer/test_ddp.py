@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY
+from conftest import TINY, free_port
 
 TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
 
@@ -82,11 +82,7 @@ def test_a_worker_rank_writes_nothing_in_the_run_directory_before_rank_0_claims_
     """A worker that reaches Hydra first must not put its .hydra/ record in an explicit hydra.run.dir: rank 0
     would then find the directory not empty and refuse its own run. Here rank 1 is started alone and given all
     the time it needs (the rendezvous holds it until rank 0 comes), which under torchrun only happens by chance."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch), "MASTER_ADDR": "127.0.0.1",

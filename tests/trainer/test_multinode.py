@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,10 @@ from pathlib import Path
 import torch
 
 from amago_app.logging.metrics import read_jsonl
-from conftest import TINY
+from conftest import TINY, free_port
 
 TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
 WORKER = str(Path(__file__).with_name("cli_rank_worker.py"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_pair(cmds: list[list[str]], cwd: Path, timeout=300) -> None:
@@ -50,7 +43,7 @@ def _run_pair(cmds: list[list[str]], cwd: Path, timeout=300) -> None:
 
 def _two_nodes(cwd: Path, out: Path, tag: str, overrides: list[str], timeout=300) -> None:
     """Node 0 and node 1, each `torchrun --nnodes 2 --node_rank R --nproc_per_node 1` with the same overrides."""
-    port = _free_port()
+    port = free_port()
     _run_pair([[TORCHRUN, "--nnodes", "2", "--node_rank", str(r), "--nproc_per_node", "1", "--master_addr",
                 "127.0.0.1", "--master_port", str(port), WORKER, str(out), tag, *overrides] for r in (0, 1)],
               cwd, timeout)
@@ -103,7 +96,7 @@ def test_two_node_rendezvous_one_run_dir_identical_weights_and_resume(tmp_path):
 def test_accelerate_launch_two_machines(tmp_path):
     """The README's `accelerate launch --multi_gpu --num_machines 2 ...` line, on localhost (gloo on CPU)."""
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
-    port, run = _free_port(), tmp_path / "run"
+    port, run = free_port(), tmp_path / "run"
     _run_pair([[accelerate, "launch", "--multi_gpu", "--num_machines", "2", "--machine_rank", str(r),
                 "--num_processes", "2", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), "-m",
                 "amago_app.cli.train", *TINY, "trainer.epochs=2", "trainer.threads=1", f"hydra.run.dir={run}"]
