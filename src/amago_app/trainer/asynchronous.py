@@ -259,8 +259,7 @@ class AsyncLearner(Trainer):
 
     def store(self) -> None:
         """Buffer housekeeping as usual, after waiting for every collector to start and for their first files."""
-        if self.pacing.not_ready():
-            self.wait_for_collectors()
+        self.wait_for_collectors()  # returns at once after the first epoch
         self._sync_frames()
         super().store()
         while not self.buffer.ready_for_training:
