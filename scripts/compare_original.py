@@ -232,14 +232,16 @@ POPGYM = {
     "trainer.val_interval": 5,
 }
 
-# The T-maze rows' exploration: the original's T-maze example recipe (corridor noise, 100k-step anneal).
+# The T-maze rows' exploration: the original's T-maze example recipe (corridor noise, 100k-step anneal), with the
+# preset's noisy windows (its start_window / end_window: noise on the turn only; the example's own 0 / 3 wasted moves).
 CORRIDOR_EXPLORATION = {
     "exploration._target_": "amago_app.interaction.exploration.CorridorEpsilonGreedy",
     "exploration.eps_start": 1.0,
     "exploration.eps_end": 0.01,
     "exploration.steps_anneal": 100000,
     "exploration.randomize_eps": True,
-    "exploration.decision_steps": 3,
+    "exploration.decision_steps": 0,
+    "exploration.start_steps": 0,
     "exploration.corridor_eps": None,
 }
 
@@ -442,7 +444,7 @@ TRANSLATION = {
     "buffer.sample_by": "own:file",  # the original draws every file with the same probability
     "exploration._target_": "exploration:kind",
     **{f"exploration.{k}": f"exploration:{k}"
-       for k in ("eps_start", "eps_end", "steps_anneal", "randomize_eps", "decision_steps", "corridor_eps",
+       for k in ("eps_start", "eps_end", "steps_anneal", "randomize_eps", "decision_steps", "start_steps", "corridor_eps",
                  "rollout_horizon", "eps_start_start", "eps_start_end", "eps_end_start", "eps_end_end")},
     RELATIVE_ANNEAL: "exploration:steps_anneal",
     "trainer.val_episodes": "val:episodes",
@@ -666,12 +668,13 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
         params = {k: settings[f"exploration.{k}"] for k in ("rollout_horizon", "eps_start_start", "eps_start_end",
                                                             "eps_end_start", "eps_end_end", "randomize_eps")}
         params["steps_anneal"] = steps_anneal
-    else:  # the T-maze example's corridor recipe: eps 0.5 / horizon inside 0 < t < horizon - end_window
+    else:  # the T-maze example's corridor recipe: eps 0.5 / horizon inside start_window < t < horizon - end_window
         if settings["exploration.corridor_eps"] is not None or not settings["exploration.randomize_eps"]:
             raise ValueError("the original's T-maze recipe has corridor eps 0.5 / horizon and randomized eps only")
         params = {"horizon": settings["env.horizon"], "eps_start": settings["exploration.eps_start"],
                   "eps_end": settings["exploration.eps_end"], "steps_anneal": steps_anneal,
-                  "start_window": 0, "end_window": settings["exploration.decision_steps"]}
+                  "start_window": settings["exploration.start_steps"] - 1,
+                  "end_window": settings["exploration.decision_steps"]}
     gin_bindings.update({f"{expl}.{k}": v for k, v in params.items()})
 
     episodes_per_actor = math.ceil(settings["trainer.val_episodes"] / settings["env.parallel_actors"])

@@ -57,13 +57,46 @@ def test_bilevel_decays_within_a_rollout():
 
 def test_corridor_is_greedy_in_the_middle():
     ex = CorridorEpsilonGreedy(spaces.Discrete(4), num_actors=1, horizon=20, randomize_eps=False, seed=0)
-    assert ex.epsilon(np.array([0]))[0] == 1.0
-    assert ex.epsilon(np.array([5]))[0] == pytest.approx(0.5 / 20)
-    assert ex.epsilon(np.array([18]))[0] == 1.0
+    eps = ex.epsilon(np.arange(21))
+    np.testing.assert_allclose(eps[:20], 0.5 / 20)  # the start and the whole corridor: nearly greedy
+    assert eps[20] == 1.0  # the junction
+    orig = CorridorEpsilonGreedy(spaces.Discrete(4), num_actors=1, horizon=20, randomize_eps=False, seed=0,
+                                 decision_steps=3, start_steps=1)  # the original T-maze example's windows
+    eps = orig.epsilon(np.arange(21))
+    assert eps[0] == 1.0 and eps[17:].tolist() == [1.0] * 4
+    np.testing.assert_allclose(eps[1:17], 0.5 / 20)
+    with pytest.raises(ValueError, match="decision_steps"):
+        CorridorEpsilonGreedy(spaces.Discrete(4), num_actors=1, horizon=20, decision_steps=-1)
+
+
+def _junction_turns(exploration, horizon: int, episodes: int) -> float:
+    """Share of passive T-maze episodes, walked by a policy that always says "right" with `exploration`'s noise
+    on top, that reach the junction in time and then turn into an arm: the only episodes that show the value of
+    a turn."""
+    from amago_app.envs.builtin.tmaze import RIGHT, TMazePassive
+
+    env, turned = TMazePassive(corridor_length=horizon), 0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=k)
+        for t in range(horizon + 1):
+            action = exploration(np.array([[RIGHT]], np.uint8), np.array([t]))[0, 0]
+            obs, _, done, _, _ = env.step(int(action))
+            exploration.on_done(np.array([done]))
+        turned += int(obs[0] == 1.0 and obs[1] != 0.0)
+    return turned / episodes
+
+
+def test_corridor_noise_lets_episodes_reach_the_junction_and_turn():
+    """The default windows: about 0.19 of the episodes turn at the junction (a random action turns with
+    probability 0.5, m ~ U[0, 1) halves that, the corridor's noise loses ~0.3 of the episodes); the original
+    example's windows (noise on the first step and on the three corridor steps before the junction) 0.025."""
+    kw = dict(action_space=spaces.Discrete(4), num_actors=1, horizon=50, seed=0)
+    assert _junction_turns(CorridorEpsilonGreedy(**kw), 50, 400) > 0.12
+    assert _junction_turns(CorridorEpsilonGreedy(**kw, decision_steps=3, start_steps=1), 50, 400) < 0.06
 
 
 def test_tmaze_corridor_recipe_uses_the_corridor_length_as_horizon():
-    """eps = 0.5 / H for 0 < t < H - 3 with H = env.horizon (the corridor length), whatever the preset."""
+    """eps = 0.5 / H for 0 <= t < H with H = env.horizon (the corridor length), whatever the preset."""
     from conftest import compose_config
 
     from amago_app.interaction.build import build
@@ -72,8 +105,8 @@ def test_tmaze_corridor_recipe_uses_the_corridor_length_as_horizon():
         cfg = compose_config([*overrides, "exploration.randomize_eps=false"], tiny=False)
         ex = build(cfg.exploration)(action_space=spaces.Discrete(4), num_actors=1, seed=0)
         eps = ex.epsilon(np.arange(52))
-        np.testing.assert_allclose(eps[1:47], 0.5 / 50)
-        assert eps[0] == eps[47] == 1.0
+        np.testing.assert_allclose(eps[:50], 0.5 / 50)
+        assert eps[50] == eps[51] == 1.0
 
 
 def test_default_schedule_follows_the_run_length_and_presets_keep_theirs():

@@ -388,8 +388,12 @@ class EpsilonGreedyConfig:
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
     _target_: str = f"{_P}.interaction.exploration.CorridorEpsilonGreedy"
     horizon: int = MISSING
-    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for 0 < t < H - decision_steps."""
-    decision_steps: int = 3
+    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for start_steps <= t < H - decision_steps."""
+    decision_steps: int = 0
+    """Noisy corridor steps before the junction (t = H). 0: only the turn is noisy (the original's T-maze example:
+    3, which lets far fewer episodes reach the junction in time; docs/benchmarks.md)."""
+    start_steps: int = 0
+    """Noisy steps at the start (t < start_steps). 0 for the passive T-maze; 1 is the original's recipe."""
     corridor_eps: Optional[float] = None
     """null = 0.5 / horizon."""
 

@@ -157,19 +157,25 @@ class EpsilonGreedy(BilevelEpsilonGreedy):
 class CorridorEpsilonGreedy(EpsilonGreedy):
     """EpsilonGreedy that is nearly greedy in the middle of fixed-length rollouts (the T-maze recipe).
 
-    For `0 < time_idx < horizon - decision_steps` eps is `corridor_eps` (default 0.5 / horizon): random actions
-    in a long corridor almost never reach its end, so exploration is spent where decisions are made.
+    eps is the schedule's for `t < start_steps` and for `t >= horizon - decision_steps`, and `corridor_eps`
+    (default 0.5 / horizon) in between: random actions in a long corridor almost never reach its end, so the
+    noise is spent where decisions are made. In the passive T-maze the only decision is the turn at
+    `t = horizon` (the junction): noise on the corridor steps before it (`decision_steps > 0`) or on the first
+    step (`start_steps = 1`) wastes a move, and an episode that wastes one never reaches the junction in time,
+    so it cannot show the agent what an arm is worth.
     """
 
-    def __init__(self, action_space, num_actors, horizon: int, decision_steps: int = 3,
-                 corridor_eps: float | None = None, **kwargs):
+    def __init__(self, action_space, num_actors, horizon: int, decision_steps: int = 0,
+                 corridor_eps: float | None = None, start_steps: int = 0, **kwargs):
         super().__init__(action_space, num_actors, **kwargs)
+        if decision_steps < 0 or start_steps < 0:
+            raise ValueError(f"decision_steps ({decision_steps}) and start_steps ({start_steps}) must be >= 0")
         self.horizon = int(horizon)
-        self.decision_steps = int(decision_steps)
+        self.decision_steps, self.start_steps = int(decision_steps), int(start_steps)
         self.corridor_eps = 0.5 / self.horizon if corridor_eps is None else float(corridor_eps)
 
     def epsilon(self, time_idx: np.ndarray) -> np.ndarray:
         eps = super().epsilon(time_idx)
         t = np.asarray(time_idx)
-        in_corridor = (t > 0) & (t < self.horizon - self.decision_steps)
+        in_corridor = (t >= self.start_steps) & (t < self.horizon - self.decision_steps)
         return np.where(in_corridor, self.corridor_eps, eps)
