@@ -228,3 +228,16 @@ def test_a_config_saved_before_a_key_existed_gets_the_schema_default():
         del node[key]
         add_missing_keys(cfg)
         assert node[key] == expected, (section, key)
+
+
+def test_a_saved_config_that_has_a_later_key_keeps_its_value():
+    """`KEPT_WHEN_MISSING` fills a key only where the saved config lacks it (the old run: tests/trainer/test_old_runs.py)."""
+    from conftest import compose_config
+    from omegaconf import OmegaConf
+
+    from amago_app.config.saved import upgrade
+
+    cfg = OmegaConf.create(OmegaConf.to_container(compose_config(tiny=False), resolve=False))
+    assert upgrade(cfg).exploration.start_steps == 0  # today's T-maze default stays
+    del cfg.exploration["start_steps"]
+    assert upgrade(cfg).exploration.start_steps == 1

@@ -44,6 +44,9 @@ def test_its_config_loads_with_todays_classes(old_run):
     assert "amago_app.trainer.exploration" in (old_run / "config.yaml").read_text()
     cfg = run_config(old_run)
     assert cfg.exploration._target_ == "amago_app.interaction.exploration.CorridorEpsilonGreedy"
+    # saved before `start_steps` existed: it keeps the noisy first step it was trained with (today's default is 0)
+    assert "start_steps" not in (old_run / "config.yaml").read_text()
+    assert cfg.exploration.start_steps == 1 and cfg.exploration.decision_steps == 3
 
 
 def test_it_evaluates(old_run):

@@ -3,7 +3,9 @@
 Run directories outlive the code that wrote them. A key added to a schema since then is missing from their
 configs: it gets the schema's default (`add_missing_keys`), so the code reads every key as `cfg.section.key` and
 no default is restated where it is read. When a class moves to another module, its old `_target_` path stays in
-the configs of earlier runs; `MOVED_MODULES` maps those paths to the new ones.
+the configs of earlier runs; `MOVED_MODULES` maps those paths to the new ones. A component key added with a
+default that changes what the component did (`KEPT_WHEN_MISSING`) gets, in a config saved before it existed, the
+value that keeps the old behaviour, so a resumed run goes on as it started.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ MOVED_MODULES = {
 }
 
 
+#: component class -> {key added later: the value that reproduces what the class did before the key existed}
+KEPT_WHEN_MISSING = {
+    "CorridorEpsilonGreedy": {"start_steps": 1},  # the first step had the schedule's noise before start_steps
+}
+
+
 def _moved(target: str) -> str:
     module, _, name = target.rpartition(".")
     return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
@@ -32,6 +40,12 @@ def _moved(target: str) -> str:
 
 def _walk(node) -> None:
     if OmegaConf.is_dict(node):
+        target = node.get("_target_") if "_target_" in node else None
+        if isinstance(target, str):
+            for key, value in KEPT_WHEN_MISSING.get(target.rpartition(".")[2], {}).items():
+                if key not in node:
+                    with open_dict(node):
+                        node[key] = value
         for key in list(node.keys()):
             child = node._get_node(key)
             if key == "_target_" and isinstance(child._value(), str):
