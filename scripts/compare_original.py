@@ -444,8 +444,8 @@ TRANSLATION = {
     "buffer.sample_by": "own:file",  # the original draws every file with the same probability
     "exploration._target_": "exploration:kind",
     **{f"exploration.{k}": f"exploration:{k}"
-       for k in ("eps_start", "eps_end", "steps_anneal", "randomize_eps", "decision_steps", "start_steps", "corridor_eps",
-                 "rollout_horizon", "eps_start_start", "eps_start_end", "eps_end_start", "eps_end_end")},
+       for k in ("eps_start", "eps_end", "steps_anneal", "randomize_eps", "decision_steps", "start_steps",
+                 "corridor_eps", "rollout_horizon", "eps_start_start", "eps_start_end", "eps_end_start", "eps_end_end")},
     RELATIVE_ANNEAL: "exploration:steps_anneal",
     "trainer.val_episodes": "val:episodes",
     **{f"trainer.{k}": f"Experiment.{k}"

@@ -231,7 +231,8 @@ def test_a_config_saved_before_a_key_existed_gets_the_schema_default():
 
 
 def test_a_saved_config_that_has_a_later_key_keeps_its_value():
-    """`KEPT_WHEN_MISSING` fills a key only where the saved config lacks it (the old run: tests/trainer/test_old_runs.py)."""
+    """`KEPT_WHEN_MISSING` fills a key only where the saved config lacks it (the old run:
+    tests/trainer/test_old_runs.py)."""
     from conftest import compose_config
     from omegaconf import OmegaConf
 

@@ -40,7 +40,7 @@ def _moved(target: str) -> str:
 
 def _walk(node) -> None:
     if OmegaConf.is_dict(node):
-        target = node.get("_target_") if "_target_" in node else None
+        target = node.get("_target_")
         if isinstance(target, str):
             for key, value in KEPT_WHEN_MISSING.get(target.rpartition(".")[2], {}).items():
                 if key not in node:
