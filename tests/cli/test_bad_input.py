@@ -35,6 +35,8 @@ CASES = {
     "heads do not divide d_model": (["traj_encoder.n_heads=3"], "d_model=16 must be divisible by n_heads=3"),
     "unknown file weighting": (["buffer.sample_by=windows"],
                                "sample_by='windows' is not one of ('file', 'transition')"),
+    "unknown critic normalization": (["agent.critic.normalization=batch"],
+                                     "critic normalization must be one of (None, 'layer'), got 'batch'"),
     "missing resume path": (["resume=/no/such/run"], "cannot resume from /no/such/run"),
     "unknown key": (["trainer.foo=3"], "To append to your config use +trainer.foo=3; Key 'foo' not in 'TrainerConfig'"),
     "wrong type": (["trainer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),

@@ -431,13 +431,13 @@ def test_popart_disabled_is_identity():
 GAMMAS = torch.tensor([0.5, 0.9, 0.999])
 
 
-def make_critic(kind: str, C: int = 3):
+def make_critic(kind: str, C: int = 3, **kw):
+    kw = dict(num_critics=C, d_hidden=8, n_layers=3) | kw
     if kind == "discrete":
-        return NCritics(6, A, True, GAMMAS, num_critics=C, d_hidden=8, n_layers=3)
+        return NCritics(6, A, True, GAMMAS, **kw)
     if kind == "continuous":
-        return NCritics(6, A, False, GAMMAS, num_critics=C, d_hidden=8, n_layers=3)
-    return NCriticsTwoHot(6, A, False, GAMMAS, num_critics=C, d_hidden=8, n_layers=3, min_return=-10.0,
-                          max_return=10.0, output_bins=16)
+        return NCritics(6, A, False, GAMMAS, **kw)
+    return NCriticsTwoHot(6, A, False, GAMMAS, min_return=-10.0, max_return=10.0, output_bins=16, **kw)
 
 
 def run_critic(critic, s, a):
@@ -468,9 +468,10 @@ def test_critic_init_matches_batched_ensemble_layers(kind):
             assert b.std().item() == pytest.approx(1.0 / math.sqrt(3.0 * fan_in), rel=0.15)
 
 
+@pytest.mark.parametrize("normalization", [None, "layer"])
 @pytest.mark.parametrize("kind", ["discrete", "continuous", "twohot"])
-def test_ensemble_members_are_independent(kind):
-    critic = make_critic(kind)
+def test_ensemble_members_are_independent(kind, normalization):
+    critic = make_critic(kind, normalization=normalization)
     s, a = torch.randn(2, 4, 6), torch.rand(2, 2, 4, 3, A) * 2 - 1
     c_dim = 2 if kind == "discrete" else 3
     for name, p in critic.named_parameters():
@@ -525,21 +526,35 @@ def naive_critic_float64(critic, s, a=None):
                 x = torch.cat([s.unsqueeze(2).expand(-1, -1, len(GAMMAS), -1), gf.expand(*s.shape[:2], -1, 1),
                                a[k].double().clamp(-0.999, 0.999)], -1)
                 w1 = torch.cat([critic.w_state[c], critic.w_gamma[c], critic.w_action[c]], 0).double()
-            h = act(x @ w1 + critic.b_first[c, 0].double())
-            for layer in critic.hidden:
-                h = act(h @ layer.weight[c].double() + layer.bias[c, 0].double())
+            def norm(h, i):
+                if not critic.layer_norm:
+                    return h
+                mean, var = h.mean(-1, keepdim=True), h.var(-1, unbiased=False, keepdim=True)
+                return (h - mean) / (var + 1e-5).sqrt() * critic.norm_gain[c, i, 0].double() \
+                    + critic.norm_bias[c, i, 0].double()
+
+            h = act(norm(x @ w1 + critic.b_first[c, 0].double(), 0))
+            for i, layer in enumerate(critic.hidden, start=1):
+                h = act(norm(h @ layer.weight[c].double() + layer.bias[c, 0].double(), i))
             out = h @ critic.out.weight[c].double() + critic.out.bias[c, 0].double()
             per_k.append(out.view(*s.shape[:2], len(GAMMAS), -1) if a is None else out)
         members.append(torch.stack(per_k))
     return torch.stack(members, 3)
 
 
+@pytest.mark.parametrize("normalization", [None, "layer"])
 @pytest.mark.parametrize("kind", ["discrete", "continuous"])
-def test_critic_values_and_gradients_match_a_float64_naive_ensemble(kind):
+def test_critic_values_and_gradients_match_a_float64_naive_ensemble(kind, normalization):
     """The batched layers (first layer as one fused GEMM, hidden layers as batched GEMMs) compute each member's
-    plain MLP: values and the gradients of the state and every parameter to float32 rounding."""
+    plain MLP: values and the gradients of the state and every parameter to float32 rounding. With
+    `normalization="layer"` each hidden pre-activation is layer-normalized with its member's gain and bias
+    (randomized here, so a gain or bias applied to the wrong member or layer shows)."""
     torch.manual_seed(1)
-    critic = make_critic(kind, C=4)
+    critic = make_critic(kind, C=4, n_layers=3, normalization=normalization)
+    if normalization:
+        with torch.no_grad():
+            critic.norm_gain.uniform_(0.5, 1.5)
+            critic.norm_bias.normal_(0.0, 0.3)
     s = torch.randn(3, 5, 6, requires_grad=True)
     a = None if kind == "discrete" else torch.rand(2, 3, 5, 3, A) * 2 - 1
     out = critic(s) if a is None else critic(s, a)
@@ -549,9 +564,10 @@ def test_critic_values_and_gradients_match_a_float64_naive_ensemble(kind):
     grads = torch.autograd.grad((out * weights).sum(), [s, *critic.parameters()])
     ref = naive_critic_float64(critic, s, a)
     ref_grads = torch.autograd.grad((ref * weights.double()).sum(), [s, *critic.parameters()])
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    tol = dict(rtol=1e-5, atol=1e-6) if normalization is None else dict(rtol=1e-4, atol=1e-5)  # 1 / std scales
+    torch.testing.assert_close(out.double(), ref, **tol)
     for g, r in zip(grads, ref_grads):
-        torch.testing.assert_close(g.double(), r.double(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(g.double(), r.double(), **tol)
 
 
 @pytest.mark.parametrize("kind", ["discrete", "continuous"])
@@ -566,6 +582,11 @@ def test_critic_layers_stay_in_bf16_under_autocast(kind):
         out = critic(s) if kind == "discrete" else critic(s, torch.rand(2, 3, 5, 3, A) * 2 - 1)
     assert first.dtype == torch.bfloat16 and first.is_contiguous()
     assert out.dtype == torch.bfloat16
+
+
+def test_critic_normalization_is_checked():
+    with pytest.raises(ValueError, match=r"critic normalization must be one of \(None, 'layer'\), got 'batch'"):
+        make_critic("discrete", normalization="batch")
 
 
 def test_discrete_critic_values_and_detach():

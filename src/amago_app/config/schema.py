@@ -253,6 +253,8 @@ class CriticConfig:
     n_layers: int = 2
     dropout_p: float = 0.0
     activation: str = "leaky_relu"
+    normalization: Optional[str] = None
+    """null (AMAGO's critic) or "layer": LayerNorm of every hidden layer's pre-activation, per critic."""
 
 
 @dataclass

@@ -33,6 +33,9 @@ from amago_app.nets.common import activation as make_activation
 from amago_app.nets.common import symexp, symlog
 
 
+CRITIC_NORMS = (None, "layer")
+
+
 def ensemble_init_(weight: torch.Tensor, fan_in: int) -> torch.Tensor:
     """Weights of a batched ensemble layer: U(+-sqrt(3 / fan_in)), i.e. std 1 / sqrt(fan_in) (unit-variance
     pre-activations for unit-variance inputs), as AMAGO's ensemble layers do. nn.Linear's default is
@@ -72,11 +75,13 @@ class _CriticEnsemble(nn.Module):
     distributional = False
 
     def __init__(self, state_dim: int, action_dim: int, discrete: bool, gammas: torch.Tensor, num_critics: int = 4,
-                 d_hidden: int = 256, n_layers: int = 2, dropout_p: float = 0.0, activation: str = "leaky_relu", *,
-                 d_out: int, takes_actions: bool):
+                 d_hidden: int = 256, n_layers: int = 2, dropout_p: float = 0.0, activation: str = "leaky_relu",
+                 normalization: str | None = None, *, d_out: int, takes_actions: bool):
         super().__init__()
         if n_layers < 1:
             raise ValueError(f"critic n_layers must be >= 1, got {n_layers}")
+        if normalization not in CRITIC_NORMS:
+            raise ValueError(f"critic normalization must be one of {CRITIC_NORMS}, got {normalization!r}")
         if num_critics < 1:
             raise ValueError(f"num_critics must be >= 1, got {num_critics}")
         self.discrete, self.takes_actions = discrete, takes_actions
@@ -94,6 +99,13 @@ class _CriticEnsemble(nn.Module):
         self.out = EnsembleLinear(c, h, d_out)
         self.act = make_activation(activation)
         self.drop = nn.Dropout(dropout_p)
+        # LayerNorm of every hidden pre-activation, one gain and bias per critic and layer: it bounds the features
+        # the output layer sees, so the TD regression on moving targets cannot blow them up (the critic's usual
+        # failure at many updates per sample)
+        self.layer_norm = normalization == "layer"
+        if self.layer_norm:
+            self.norm_gain = nn.Parameter(torch.ones(c, n_layers, 1, h))  # member first, like every parameter
+            self.norm_bias = nn.Parameter(torch.zeros(c, n_layers, 1, h))
 
     @staticmethod
     def _p(p: torch.Tensor, detach: bool) -> torch.Tensor:
@@ -101,10 +113,17 @@ class _CriticEnsemble(nn.Module):
 
     def _trunk(self, h: torch.Tensor, detach_params: bool) -> torch.Tensor:
         """h (C, N, d_hidden) after the first layer's pre-activation -> (C, N, d_out)."""
-        h = self.drop(self.act(h))
-        for layer in self.hidden:
-            h = self.drop(self.act(layer(h, detach_params)))
+        h = self.drop(self.act(self._norm(h, 0, detach_params)))
+        for i, layer in enumerate(self.hidden, start=1):
+            h = self.drop(self.act(self._norm(layer(h, detach_params), i, detach_params)))
         return self.out(h, detach_params)
+
+    def _norm(self, h: torch.Tensor, i: int, detach_params: bool) -> torch.Tensor:
+        """Hidden layer i's pre-activation (C, N, H), layer-normalized per critic when `normalization="layer"`."""
+        if not self.layer_norm:
+            return h
+        gain, bias = self._p(self.norm_gain[:, i], detach_params), self._p(self.norm_bias[:, i], detach_params)
+        return torch.addcmul(bias, F.layer_norm(h, h.shape[-1:]), gain).to(h.dtype)
 
     def _state_part(self, state: torch.Tensor, detach_params: bool) -> torch.Tensor:
         """The first layer's state block and bias for every critic, (C, B*L, H), as one batched GEMM with the bias
@@ -134,7 +153,7 @@ class _CriticEnsemble(nn.Module):
 
 class NCritics(_CriticEnsemble):
     """An ensemble of `num_critics` scalar Q-functions, each with an output per discount factor.
-    `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation (`_CriticEnsemble`)."""
+    `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation, normalization (`_CriticEnsemble`)."""
 
     def __init__(self, state_dim: int, action_dim: int, discrete: bool, gammas: torch.Tensor, **ensemble):
         super().__init__(state_dim, action_dim, discrete, gammas, **ensemble,
@@ -201,8 +220,8 @@ class NCriticsTwoHot(_CriticEnsemble):
     then the input is the state and the output holds `output_bins` logits for every (gamma, action). Bin centres
     are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are
     in the scaled return space (after the agent's `reward_multiplier`). `init_value` starts every critic's
-    prediction near that value. `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation
-    (`_CriticEnsemble`).
+    prediction near that value. `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation,
+    normalization (`_CriticEnsemble`).
     """
 
     distributional = True
