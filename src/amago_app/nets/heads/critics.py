@@ -99,9 +99,9 @@ class _CriticEnsemble(nn.Module):
         self.out = EnsembleLinear(c, h, d_out)
         self.act = make_activation(activation)
         self.drop = nn.Dropout(dropout_p)
-        # LayerNorm of every hidden pre-activation, one gain and bias per critic and layer: it bounds the features
-        # the output layer sees, so the TD regression on moving targets cannot blow them up (the critic's usual
-        # failure at many updates per sample)
+        # optional LayerNorm of every hidden pre-activation, one gain and bias per critic and layer: it bounds the
+        # features the output layer sees while the TD targets move. Off by default: on Pendulum and the T-maze H50
+        # it learned later or equally (docs/benchmarks.md, "a LayerNorm critic")
         self.layer_norm = normalization == "layer"
         if self.layer_norm:
             self.norm_gain = nn.Parameter(torch.ones(c, n_layers, 1, h))  # member first, like every parameter
