@@ -74,6 +74,7 @@ BASE = {
     "agent.critic.n_layers": 2,
     "agent.critic.dropout_p": 0.0,
     "agent.critic.activation": "leaky_relu",
+    "agent.critic.normalization": None,
     "agent.num_critics": 4,
     "agent.num_critics_td": 2,
     "agent.critic_loss_weight": 10.0,
@@ -420,6 +421,7 @@ TRANSLATION = {
         "gin:amago.nets.policy_dists.DiscreteLikeContinuous.gumbel_softmax_temperature",
     "agent.critic._target_": "class:critic",
     "agent.critic.discrete_layout": "own:action_input",  # the original's two-hot critic takes the action as input
+    "agent.critic.normalization": "same:None",  # the original's critic MLPs have no normalization layers
     **{f"agent.critic.{k}": f"gin:{{critic}}.{k}"
        for k in ("d_hidden", "n_layers", "dropout_p", "activation", "min_return", "max_return", "output_bins",
                  "use_symlog", "label_type", "sigma", "init_value")},
