@@ -131,10 +131,11 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     run = out / "runs" / "cartpole" / "original" / "seed0"
     outcome = json.loads((run / "bench_done.json").read_text())
     assert outcome["returncode"] == 0 and outcome["cpu_seconds"] > 0
-    # the original's networks are amago_app's, parameter for parameter
+    # the original's networks are amago_app's, parameter for parameter, with the original's critic layout (the
+    # action as an input: the row's own per-action critic is one of the differences the script records)
     from amago_app.interaction.build import build_agent, build_envs
 
-    cfg = compose_config(["+experiment=bench/cartpole"], tiny=False)
+    cfg = compose_config(["+experiment=bench/cartpole", "agent.critic.discrete_layout=action_input"], tiny=False)
     envs = build_envs(cfg, "train", num_actors=1)
     mine = sum(p.numel() for p in build_agent(cfg, envs).trainable_parameters())
     envs.close()
