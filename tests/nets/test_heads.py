@@ -550,7 +550,7 @@ def test_critic_values_and_gradients_match_a_float64_naive_ensemble(kind, normal
     `normalization="layer"` each hidden pre-activation is layer-normalized with its member's gain and bias
     (randomized here, so a gain or bias applied to the wrong member or layer shows)."""
     torch.manual_seed(1)
-    critic = make_critic(kind, C=4, n_layers=3, normalization=normalization)
+    critic = make_critic(kind, C=4, normalization=normalization)
     if normalization:
         with torch.no_grad():
             critic.norm_gain.uniform_(0.5, 1.5)
