@@ -4,8 +4,11 @@ through the whole machinery: an amago-train subprocess, per-row JSON, the curves
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -151,3 +154,42 @@ def test_rows_without_the_originals_runs_keep_their_report(tmp_path):
     assert "original" not in (tmp_path / "results.md").read_text()
     fig = task_figure(task_result("tmaze_h50", tmp_path, [0]))
     assert "preset|score" in {line.get_gid() for line in fig.axes[0].get_lines()}
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:  # exited while we looked
+                pass
+    return pids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process table from /proc")
+def test_a_sigterm_stops_the_running_runs_and_starts_no_more(tmp_path):
+    """A scheduler's or a user's `kill` of amago-bench must not leave its amago-train processes running on their
+    own (they would write into directories that the next invocation replaces), nor start the next seed."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "amago_app.cli.bench", "--tasks", "cartpole", "--seeds", "0,1", "--jobs", "1",
+           "--out", str(out), "--override", "trainer.train_batches_per_epoch=3",
+           "--override", "trainer.train_timesteps_per_epoch=20", "--override", "env.val_timesteps=30",
+           "--override", "env.parallel_actors=2"]
+    bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seed0 = out / "runs" / "cartpole" / "memory" / "seed0"
+    deadline = time.monotonic() + 300
+    while not (seed0 / "metrics" / "val.jsonl").is_file():  # the run is up: its first validation is written
+        assert bench.poll() is None and time.monotonic() < deadline, bench.communicate()
+        time.sleep(0.2)
+    assert len(_processes_mentioning(str(out))) == 2  # amago-bench and its one amago-train
+    bench.send_signal(signal.SIGTERM)
+    stdout, stderr = bench.communicate(timeout=120)
+    assert bench.returncode == 143, stderr[-2000:]
+    assert "amago-bench: SIGTERM: stopping 1 running run(s)" in stderr
+    assert _processes_mentioning(str(out)) == []  # the run was stopped, not orphaned
+    assert "SIGTERM" in (seed0.parent / "seed0.log").read_text()  # it got the signal and said so
+    assert not (seed0 / "bench_done.json").exists()  # counts as not finished: the next invocation starts it again
+    assert not (seed0.parent / "seed1").exists() and "seed 1" not in stdout  # the next seed never started

@@ -19,6 +19,11 @@ Runs that finished before (a `bench_done.json` in their directory) are not run a
 filled in over several invocations into the same `--out`; a run that did not finish is started again from
 scratch (its directory is replaced; an `amago-train` never writes into a directory holding another run). Each
 run's console output goes to `runs/<row>/<variant>/seed<k>.log`.
+
+A SIGTERM, SIGHUP or Ctrl-C to `amago-bench` stops the whole matrix: the running `amago-train` processes get a
+SIGTERM (they stop within seconds), no further run starts, and `amago-bench` exits 143 / 129 / 130. Without
+this a scheduler's or a user's `kill` would leave the runs going on their own, writing into directories that the
+next invocation replaces.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -146,11 +153,61 @@ def read_outcome(run_dir: Path) -> dict | None:
     return outcome
 
 
-def run_job(job: Job, log=print) -> dict:
+class StopMatrix:
+    """The `amago-train` processes of this invocation, and whether a signal has stopped the matrix.
+
+    `start` and `request` take one lock, so a run either starts before the stop (and receives the SIGTERM) or
+    does not start at all."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+
+    def start(self, cmd: list[str], **popen_kwargs) -> subprocess.Popen | None:
+        with self._lock:
+            if self.signal is not None:
+                return None
+            proc = subprocess.Popen(cmd, **popen_kwargs)
+            self._running.add(proc)
+            return proc
+
+    def finished(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def request(self, signum: int, frame=None) -> None:
+        """Signal handler (main thread): SIGTERM every running run (after a Ctrl-C they already have a SIGINT
+        from the terminal; a SIGTERM on top of it does not hurry them) and start no more."""
+        with self._lock:
+            if self.signal is None:
+                self.signal = signal.Signals(signum).name
+                print(f"amago-bench: {self.signal}: stopping {len(self._running)} running run(s); the next "
+                      "invocation with the same --out starts them again", file=sys.stderr, flush=True)
+            for proc in self._running:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:  # exited between its wait4 and `finished`
+                    pass
+
+    def install(self) -> dict:
+        """Handle the stop signals (main thread only); returns the previous handlers for `restore`."""
+        return {sig: signal.signal(sig, self.request) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+
+    @staticmethod
+    def restore(previous: dict) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_job(job: Job, log=print, stop: StopMatrix | None = None) -> dict:
     """One `amago-train` process (1 torch thread); its outcome goes to `<run_dir>/bench_done.json`."""
     outcome = read_outcome(job.run_dir)
     if outcome is not None:
         return outcome
+    stop = stop or StopMatrix()
+    if stop.signal is not None:  # stopped while this job waited for a free slot: leave its directory as it is
+        return {"returncode": None, "stopped": True}
     if job.run_dir.exists():  # an earlier attempt that did not finish: its numbers would mix with the new run's
         log(f"restart {job.task} {job.variant} seed {job.seed} (an earlier attempt did not finish)")
         shutil.rmtree(job.run_dir)
@@ -158,14 +215,17 @@ def run_job(job: Job, log=print) -> dict:
     cmd = [sys.executable, "-m", "amago_app.cli.train", *job.overrides, "trainer.threads=1",
            "logger.verbose=false", f"hydra.run.dir={job.run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    log(f"start  {job.task} {job.variant} seed {job.seed}")
     start = time.perf_counter()
     with open(log_file(job.run_dir), "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = stop.start(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if proc is None:  # stopped in the moment since the check above
+            return {"returncode": None, "stopped": True}
+        log(f"start  {job.task} {job.variant} seed {job.seed}")
         # wait4 gives this child's own CPU time: with other jobs sharing the cores, CPU seconds (not wall
         # seconds) say how long the run takes on an idle core
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        stop.finished(proc)
     outcome = {"returncode": rc, "process_seconds": round(time.perf_counter() - start, 1),
                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
                "command": " ".join(["amago-train", *job.overrides, "trainer.threads=1"])}
@@ -564,8 +624,15 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         jobs = jobs_for(names, seeds, out, args.budget_scale, args.override, baseline_seeds)
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            outcomes = list(pool.map(lambda j: run_job(j, log=lambda m: print(m, flush=True)), jobs))
+        stop = StopMatrix()
+        previous = stop.install() if threading.current_thread() is threading.main_thread() else {}
+        try:
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                outcomes = list(pool.map(lambda j: run_job(j, lambda m: print(m, flush=True), stop), jobs))
+        finally:
+            stop.restore(previous)
+        if stop.signal is not None:
+            return 128 + signal.Signals[stop.signal].value
         failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
         for j, o in failed:
             print(f"amago-bench: {j.task} {j.variant} seed {j.seed} exited {o['returncode']}: see {log_file(j.run_dir)}",
