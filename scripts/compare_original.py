@@ -685,9 +685,28 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
             "classes": classes}
 
 
+def _die_with_parent() -> None:
+    """A run never outlives the script that started it: when that is killed (a `kill`, a scheduler's time
+    limit), the kernel kills the run too (Linux: PR_SET_PDEATHSIG), instead of leaving it writing into a run
+    directory that the next invocation replaces. Elsewhere the run goes on and is started again next time."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent was gone before the line above took effect
+        os._exit(1)
+
+
 def run_one(job: dict) -> None:
     """One seed of one row, in this process (the parent measures its CPU time)."""
     import random
+
+    _die_with_parent()
 
     import numpy as np
 
