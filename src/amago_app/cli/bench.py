@@ -160,7 +160,7 @@ class StopMatrix:
     does not start at all."""
 
     def __init__(self) -> None:
-        self.signal: str | None = None
+        self.signal: signal.Signals | None = None
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
 
@@ -181,8 +181,8 @@ class StopMatrix:
         from the terminal; a SIGTERM on top of it does not hurry them) and start no more."""
         with self._lock:
             if self.signal is None:
-                self.signal = signal.Signals(signum).name
-                print(f"amago-bench: {self.signal}: stopping {len(self._running)} running run(s); the next "
+                self.signal = signal.Signals(signum)
+                print(f"amago-bench: {self.signal.name}: stopping {len(self._running)} running run(s); the next "
                       "invocation with the same --out starts them again", file=sys.stderr, flush=True)
             for proc in self._running:
                 try:
@@ -200,12 +200,11 @@ class StopMatrix:
             signal.signal(sig, handler)
 
 
-def run_job(job: Job, log=print, stop: StopMatrix | None = None) -> dict:
+def run_job(job: Job, stop: StopMatrix, log=print) -> dict:
     """One `amago-train` process (1 torch thread); its outcome goes to `<run_dir>/bench_done.json`."""
     outcome = read_outcome(job.run_dir)
     if outcome is not None:
         return outcome
-    stop = stop or StopMatrix()
     if stop.signal is not None:  # stopped while this job waited for a free slot: leave its directory as it is
         return {"returncode": None, "stopped": True}
     if job.run_dir.exists():  # an earlier attempt that did not finish: its numbers would mix with the new run's
@@ -628,11 +627,11 @@ def main(argv: list[str] | None = None) -> int:
         previous = stop.install() if threading.current_thread() is threading.main_thread() else {}
         try:
             with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                outcomes = list(pool.map(lambda j: run_job(j, lambda m: print(m, flush=True), stop), jobs))
+                outcomes = list(pool.map(lambda j: run_job(j, stop, lambda m: print(m, flush=True)), jobs))
         finally:
             stop.restore(previous)
         if stop.signal is not None:
-            return 128 + signal.Signals[stop.signal].value
+            return 128 + stop.signal
         failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
         for j, o in failed:
             print(f"amago-bench: {j.task} {j.variant} seed {j.seed} exited {o['returncode']}: see {log_file(j.run_dir)}",
