@@ -351,6 +351,7 @@ ROWS = {
             "agent.critic.sigma": 2.0,
             "agent.critic.output_bins": 32,
             **CORRIDOR_EXPLORATION,
+            "trainer.learning_rate": 3e-4,
             "trainer.val_interval": 4,
         },
         # the original's MultiTaskAgent scores buffer actions clipped into [0.001, 0.99] (not one-hot) with
