@@ -137,6 +137,7 @@ TRAJ_ENCODERS = {
         "traj_encoder.sigma_reparam": True,
         "traj_encoder.normformer_norms": True,
         "traj_encoder.head_scaling": True,
+        "traj_encoder.qkv_gain": 1.0,
         "traj_encoder.attention": "sdpa",
         "traj_encoder.attn_mask": "causal",
         "traj_encoder.window_size": None,
@@ -257,6 +258,7 @@ ROWS = {
             "env.traj_save_len": None,
             **CORRIDOR_EXPLORATION,
             "trainer.val_interval": 4,
+            "traj_encoder.qkv_gain": 3.0,
         },
         "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (the last step's goal "
                   "reward) through the original's AMAGO_LOG_METRIC info keys",
@@ -365,7 +367,7 @@ ROWS = {
     },
     "popgym_repeat_previous": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy"},
+        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy", "traj_encoder.qkv_gain": 3.0},
         "notes": ["the env is the original's POPGym wrapper (observation + a timer / 1000); amago_app's own "
                   "wrapper is built the same way"],
     },
@@ -396,6 +398,7 @@ TRANSLATION = {
                  "out_norm")},
     "traj_encoder.d_ff": "gin:{traj}.d_ff",  # None: 4 x d_model in both
     "traj_encoder.max_time_idx": "same:None",
+    "traj_encoder.qkv_gain": "own:1.0",  # the original's σReparam scales all start at 1
     "traj_encoder.attention": "class:attention",  # scaled dot-product attention: the original's VanillaAttention
     "traj_encoder.attn_mask": "same:causal",
     "traj_encoder.window_size": "same:None",

@@ -379,6 +379,27 @@ def test_sigma_reparam_bias_keeps_the_linear_default_init():
     assert lin.bias.std().item() == pytest.approx(bound / math.sqrt(3.0), rel=0.05)
 
 
+
+def test_qkv_gain_scales_queries_keys_values_only():
+    """σReparam's starting scale of the attention projection: the effective weight's spectral norm is the gain,
+    q, k, v scale by it (the logits by its square), the other σReparam layers start at 1."""
+    def encoder(gain):
+        torch.manual_seed(0)
+        return TransformerTrajEncoder(D_IN, 16, d_model=32, n_heads=4, n_layers=2, qkv_gain=gain)
+
+    base, hot = encoder(1.0), encoder(3.0)
+    x = torch.nn.functional.layer_norm(torch.randn(2, 16, 32), (32,))
+    positions = torch.arange(16).expand(2, 16)
+    for layer_b, layer_h in zip(base.layers, hot.layers):
+        w = layer_h.attn.qkv.effective_weight().detach()
+        assert torch.linalg.matrix_norm(w, ord=2).item() == pytest.approx(3.0, rel=1e-4)
+        assert layer_h.w1.gamma.item() == layer_h.w2.gamma.item() == layer_h.attn.out.gamma.item() == 1.0
+        with torch.no_grad():
+            for a, b in zip(layer_b.attn._heads(x, positions), layer_h.attn._heads(x, positions)):
+                torch.testing.assert_close(b, 3.0 * a)
+    with pytest.raises(ValueError, match=r"qkv_gain=-1.0 must be > 0"):
+        encoder(-1.0)
+
 # --- config -------------------------------------------------------------------------------------------------------
 def test_hydra_overrides_build_the_backend():
     from hydra import compose, initialize_config_dir

@@ -584,12 +584,12 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout_attn: float = 0.0, dropout_qkv: float = 0.0,
                  sigma_reparam: bool = True, head_scaling: bool = True, rope: bool = False,
-                 backend: AttentionBackend | None = None):
+                 backend: AttentionBackend | None = None, qkv_gain: float = 1.0):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
-        self.qkv = linear(d_model, 3 * d_model, bias=False, sigma_reparam=sigma_reparam)
+        self.qkv = linear(d_model, 3 * d_model, bias=False, sigma_reparam=sigma_reparam, gamma_init=qkv_gain)
         self.out = linear(d_model, d_model, bias=True, sigma_reparam=sigma_reparam)
         self.head_scale = nn.Parameter(torch.ones(n_heads), requires_grad=head_scaling)
         self.dropout_attn = dropout_attn

@@ -13,13 +13,13 @@ import torch.nn.functional as F
 class SigmaReparamLinear(nn.Module):
     """W_hat = gamma * W / sigma(W), sigma estimated by one power-iteration step per training forward."""
 
-    def __init__(self, d_in: int, d_out: int, bias: bool = True):
+    def __init__(self, d_in: int, d_out: int, bias: bool = True, gamma_init: float = 1.0):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(d_out, d_in))
         nn.init.trunc_normal_(self.weight, std=0.02)
         # the bias keeps nn.Linear's default U(+-1/sqrt(d_in)); only the weight is re-initialised
         self.bias = nn.Parameter(torch.empty(d_out).uniform_(-d_in ** -0.5, d_in ** -0.5)) if bias else None
-        self.gamma = nn.Parameter(torch.ones(()))
+        self.gamma = nn.Parameter(torch.full((), float(gamma_init)))
         u, _, vh = torch.linalg.svd(self.weight.detach(), full_matrices=False)
         self.register_buffer("u", u[:, 0].contiguous())
         self.register_buffer("v", vh[0].contiguous())
@@ -63,6 +63,7 @@ class Linear(nn.Linear):
         return F.linear(x, w, self.bias)
 
 
-def linear(d_in: int, d_out: int, bias: bool, sigma_reparam: bool) -> nn.Module:
-    """A σReparam or a plain linear layer; both accept `forward(x, input_scale=None)`."""
-    return SigmaReparamLinear(d_in, d_out, bias) if sigma_reparam else Linear(d_in, d_out, bias=bias)
+def linear(d_in: int, d_out: int, bias: bool, sigma_reparam: bool, gamma_init: float = 1.0) -> nn.Module:
+    """A σReparam or a plain linear layer; both accept `forward(x, input_scale=None)`. `gamma_init` is the
+    σReparam scale's starting value (the spectral norm of the effective weight); plain layers ignore it."""
+    return SigmaReparamLinear(d_in, d_out, bias, gamma_init) if sigma_reparam else Linear(d_in, d_out, bias=bias)

@@ -23,10 +23,10 @@ class TransformerLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout_ff: float, dropout_attn: float,
                  dropout_qkv: float, activation: str, norm: str, sigma_reparam: bool, normformer_norms: bool,
-                 head_scaling: bool, rope: bool, backend: AttentionBackend | None = None):
+                 head_scaling: bool, rope: bool, backend: AttentionBackend | None = None, qkv_gain: float = 1.0):
         super().__init__()
         self.attn = CausalSelfAttention(d_model, n_heads, dropout_attn, dropout_qkv, sigma_reparam, head_scaling, rope,
-                                        backend)
+                                        backend, qkv_gain)
         self.ln1, self.ln3 = make_norm(norm, d_model), make_norm(norm, d_model)
         self.ln2 = make_norm(norm, d_model) if normformer_norms else nn.Identity()
         self.ln4 = make_norm(norm, d_ff) if normformer_norms else nn.Identity()
@@ -74,6 +74,7 @@ class TransformerTrajEncoder(TrajEncoder):
         sigma_reparam: bool = True,
         normformer_norms: bool = True,
         head_scaling: bool = True,
+        qkv_gain: float = 1.0,
         attention: str = "sdpa",
         attn_mask: str = "causal",
         window_size: int | tuple[int, int] | None = None,
@@ -83,6 +84,8 @@ class TransformerTrajEncoder(TrajEncoder):
         flex_compile: bool | None = None,
     ):
         super().__init__(tstep_dim, max_seq_len)
+        if not qkv_gain > 0:  # also catches NaN
+            raise ValueError(f"qkv_gain={qkv_gain} must be > 0")
         d_ff = d_ff or 4 * d_model
         self.mask = MaskSpec.build(attn_mask, window_size, sink_size, sink_bias, logit_clip)
         self.backend = make_backend(attention, self.mask, dropout_attn, flex_compile)
@@ -93,7 +96,7 @@ class TransformerTrajEncoder(TrajEncoder):
         self.layers = nn.ModuleList(
             TransformerLayer(d_model, n_heads, d_ff, dropout_ff, dropout_attn, dropout_qkv, activation, norm,
                              sigma_reparam, normformer_norms, head_scaling, rope=pos_emb == "rope",
-                             backend=self.backend)
+                             backend=self.backend, qkv_gain=qkv_gain)
             for _ in range(n_layers)
         )
         self.final_norm = make_norm(norm, d_model)
