@@ -355,6 +355,7 @@ ROWS = {
             **CORRIDOR_EXPLORATION,
             "trainer.learning_rate": 3e-4,
             "trainer.val_interval": 4,
+            "traj_encoder.qkv_gain": 3.0,
         },
         # the original's MultiTaskAgent scores buffer actions clipped into [0.001, 0.99] (not one-hot) with
         # OneHotCategorical.log_prob, which torch's argument validation rejects at the first update
