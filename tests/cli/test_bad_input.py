@@ -34,6 +34,8 @@ CASES = {
     "batch size 0": (["trainer.batch_size=0"], "trainer.batch_size=0 must be >= 1"),
     "heads do not divide d_model": (["traj_encoder.n_heads=3"], "d_model=16 must be divisible by n_heads=3"),
     "non-positive attention gain": (["traj_encoder.qkv_gain=0"], "qkv_gain=0.0 must be > 0"),
+    "attention gain without sigma-reparam": (["traj_encoder=transformer_gain3", "traj_encoder.sigma_reparam=false"],
+                                             "qkv_gain=3.0 needs sigma_reparam=true"),
     "unknown file weighting": (["buffer.sample_by=windows"],
                                "sample_by='windows' is not one of ('file', 'transition')"),
     "unknown critic normalization": (["agent.critic.normalization=batch"],

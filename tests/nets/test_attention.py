@@ -399,6 +399,9 @@ def test_qkv_gain_scales_queries_keys_values_only():
                 torch.testing.assert_close(b, 3.0 * a)
     with pytest.raises(ValueError, match=r"qkv_gain=-1.0 must be > 0"):
         encoder(-1.0)
+    with pytest.raises(ValueError, match=r"qkv_gain=3.0 needs sigma_reparam=true"):
+        TransformerTrajEncoder(D_IN, 16, d_model=32, n_heads=4, n_layers=2, qkv_gain=3.0, sigma_reparam=False)
+    TransformerTrajEncoder(D_IN, 16, d_model=32, n_heads=4, n_layers=2, sigma_reparam=False)  # the default gain
 
 # --- config -------------------------------------------------------------------------------------------------------
 def test_hydra_overrides_build_the_backend():

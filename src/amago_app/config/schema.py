@@ -169,7 +169,8 @@ class TransformerTrajEncoderConfig:
     normformer_norms: bool = True
     head_scaling: bool = True
     qkv_gain: float = 1.0
-    """σReparam's starting scale for the query/key/value projection (attention logits grow with its square)."""
+    """σReparam's starting scale for the query/key/value projection (attention logits grow with its square);
+    needs sigma_reparam."""
     attention: str = "sdpa"
     """Attention kernel: sdpa | vanilla | flash (CUDA bf16/fp16, `cuda` extra; else sdpa) | flex (torch>=2.5) | auto."""
     attn_mask: str = "causal"

@@ -86,6 +86,9 @@ class TransformerTrajEncoder(TrajEncoder):
         super().__init__(tstep_dim, max_seq_len)
         if not qkv_gain > 0:  # also catches NaN
             raise ValueError(f"qkv_gain={qkv_gain} must be > 0")
+        if qkv_gain != 1.0 and not sigma_reparam:  # plain projections have no scale to start: it would do nothing
+            raise ValueError(f"qkv_gain={qkv_gain} needs sigma_reparam=true (it is the starting scale of the "
+                             "sigma-reparameterized projection); set qkv_gain=1.0 or sigma_reparam=true")
         d_ff = d_ff or 4 * d_model
         self.mask = MaskSpec.build(attn_mask, window_size, sink_size, sink_bias, logit_clip)
         self.backend = make_backend(attention, self.mask, dropout_attn, flex_compile)
