@@ -157,6 +157,10 @@ TRAJ_ENCODERS = {
     },
 }
 
+# conf/traj_encoder/transformer_gain3.yaml: the same Transformer, its attention projection's σReparam scale
+# starting at 3
+TRAJ_ENCODERS["transformer_gain3"] = {**TRAJ_ENCODERS["transformer"], "traj_encoder.qkv_gain": 3.0}
+
 AGENTS = {
     "agent": {  # the original's Agent: scalar critics, one output per action for discrete actions
         "agent._target_": "amago_app.agents.agent.Agent",
@@ -249,7 +253,7 @@ CORRIDOR_EXPLORATION = {
 
 ROWS = {
     "tmaze_h50": {
-        "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
+        "traj": "transformer_gain3", "agent": "agent", "baseline": True, "rollout_len": 51,
         "settings": {
             "env.make._target_": "amago_app.envs.builtin.tmaze.TMazePassive",
             "env.id": None,
@@ -258,7 +262,6 @@ ROWS = {
             "env.traj_save_len": None,
             **CORRIDOR_EXPLORATION,
             "trainer.val_interval": 4,
-            "traj_encoder.qkv_gain": 3.0,
         },
         "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (the last step's goal "
                   "reward) through the original's AMAGO_LOG_METRIC info keys",
@@ -339,7 +342,7 @@ ROWS = {
         "notes": [],
     },
     "multitask_discrete": {
-        "traj": "transformer", "agent": "multitask", "baseline": False, "rollout_len": 31,
+        "traj": "transformer_gain3", "agent": "multitask", "baseline": False, "rollout_len": 31,
         "settings": {
             "env.make._target_": "amago_app.envs.builtin.tmaze.TMazePassive",
             "env.id": None,
@@ -355,7 +358,6 @@ ROWS = {
             **CORRIDOR_EXPLORATION,
             "trainer.learning_rate": 3e-4,
             "trainer.val_interval": 4,
-            "traj_encoder.qkv_gain": 3.0,
         },
         # the original's MultiTaskAgent scores buffer actions clipped into [0.001, 0.99] (not one-hot) with
         # OneHotCategorical.log_prob, which torch's argument validation rejects at the first update
@@ -367,8 +369,8 @@ ROWS = {
                   "rejects at the first update; without it log_prob is the cross-entropy the code intends"],
     },
     "popgym_repeat_previous": {
-        "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy", "traj_encoder.qkv_gain": 3.0},
+        "traj": "transformer_gain3", "agent": "agent", "baseline": True, "rollout_len": 51,
+        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy"},
         "notes": ["the env is the original's POPGym wrapper (observation + a timer / 1000); amago_app's own "
                   "wrapper is built the same way"],
     },
