@@ -70,6 +70,7 @@ BASE = {
     "agent.actor.continuous_dist_type._target_": "amago_app.nets.heads.distributions.TanhGaussian",
     "agent.actor.discrete_dist_type.clip_prob_low": 0.001,
     "agent.actor.discrete_dist_type.clip_prob_high": 0.99,
+    "agent.actor.discrete_dist_type.clamped_grad": "zero",
     "agent.critic.d_hidden": 256,
     "agent.critic.n_layers": 2,
     "agent.critic.dropout_p": 0.0,
@@ -108,6 +109,7 @@ BASE = {
     "trainer.start_learning_at_epoch": 0,
     "trainer.start_collecting_at_epoch": 0,
     "trainer.sample_actions_train": True,
+    "trainer.greedy_actor_fraction": 0.0,
     "trainer.sample_actions_val": False,
     "trainer.batch_size": 24,
     "trainer.batches_per_update": 1,
@@ -424,6 +426,8 @@ TRANSLATION = {
     "agent.actor.discrete_dist_type._target_": "class:discrete_dist",
     "agent.actor.discrete_dist_type.clip_prob_low": "gin:amago.nets.policy_dists.Discrete.clip_prob_low",
     "agent.actor.discrete_dist_type.clip_prob_high": "gin:amago.nets.policy_dists.Discrete.clip_prob_high",
+    # the original's clamp gives a probability outside [low, high] no gradient at all (torch.clamp's rule)
+    "agent.actor.discrete_dist_type.clamped_grad": "own:zero",
     "agent.actor.discrete_dist_type.gumbel_temperature":
         "gin:amago.nets.policy_dists.DiscreteLikeContinuous.gumbel_softmax_temperature",
     "agent.critic._target_": "class:critic",
@@ -457,6 +461,8 @@ TRANSLATION = {
                  "corridor_eps", "rollout_horizon", "eps_start_start", "eps_start_end", "eps_end_start", "eps_end_end")},
     RELATIVE_ANNEAL: "exploration:steps_anneal",
     "trainer.val_episodes": "val:episodes",
+    # the original's actors all sample or all act greedily (sample_actions_train), never a mix
+    "trainer.greedy_actor_fraction": "own:0.0",
     **{f"trainer.{k}": f"Experiment.{k}"
        for k in ("epochs", "train_timesteps_per_epoch", "train_batches_per_epoch", "val_interval",
                  "start_learning_at_epoch", "start_collecting_at_epoch", "sample_actions_train",

@@ -23,6 +23,7 @@ from amago_app.agents.multitask import MultiTaskAgent
 from amago_app.data.loader import collate
 from amago_app.data.timestep import Trajectory
 from amago_app.interaction.build import build_agent, build_envs
+from amago_app.interaction.rollout import actor_sampling
 from amago_app.nets.heads.actor import Actor, ResidualActor
 from amago_app.nets.heads.critics import NCritics, NCriticsTwoHot
 from amago_app.nets.heads.distributions import GMM, Beta, Discrete, DiscreteLikeContinuous, Multibinary, TanhGaussian
@@ -612,6 +613,40 @@ def test_get_actions(agent_name, kind, sample):
         if agent.actor.dist.one_hot_actions:
             mode = mode.argmax(-1, keepdim=True)
         assert torch.equal(a, mode.to(a.dtype))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_get_actions_with_one_sampling_choice_per_env(agent_name, kind):
+    """`sample` as a (N,) bool tensor (trainer.greedy_actor_fraction): the envs marked False get exactly the
+    greedy actions, the others exactly the samples drawn from the same random numbers as with sample=True."""
+    agent = make_agent(AGENTS[agent_name], kind).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():  # a policy whose mode differs from env to env, not so peaked that samples equal it
+        for p in agent.actor.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    N = 6
+    obs = {"observation": torch.randn(N, 1, 4)}
+    rl2 = torch.zeros(N, 1, 1 + action_dim(ACTION_SPACES[kind]))
+    t = torch.zeros(N, 1, 1, dtype=torch.long)
+
+    def act(sample, seed=0):
+        torch.manual_seed(seed)
+        return agent.get_actions(obs, rl2, t, agent.traj_encoder.init_hidden_state(N, "cpu"), sample=sample)[0]
+
+    mask = torch.tensor([False, True, False, True, True, False])
+    mixed, greedy, sampled = act(mask), act(False), act(True)
+    assert torch.equal(mixed[~mask], greedy[~mask]) and torch.equal(mixed[mask], sampled[mask])
+    assert mixed.dtype == greedy.dtype and mixed.shape == greedy.shape
+    assert len({tuple(act(True, seed).flatten().tolist()) for seed in range(10)}) > 1  # sampling does sample
+
+
+def test_actor_sampling_marks_the_first_actors_greedy():
+    assert actor_sampling(True, 0.0, 8) is True and actor_sampling(True, 1.0, 8) is False
+    assert actor_sampling(False, 0.0, 8) is False and actor_sampling(False, 0.5, 8) is False
+    assert actor_sampling(True, 0.05, 8) is True  # rounds to no greedy actor
+    assert torch.equal(actor_sampling(True, 0.5, 8), torch.tensor([False] * 4 + [True] * 4))
+    assert torch.equal(actor_sampling(True, 0.3, 3), torch.tensor([False, True, True]))
 
 
 # --- pass_obs_keys_to_actor --------------------------------------------------------------------------------

@@ -635,6 +635,77 @@ def test_discrete_online_actor_gradient_matches_a_float64_reference():
         torch.testing.assert_close(grad.double(), grad_ref, atol=1e-5, rtol=1e-4)
 
 
+def inward_clamp_reference(raw: torch.Tensor, loss_of_probs, low=0.001, high=0.99) -> torch.Tensor:
+    """The gradient on the logits of `clamped_grad="inward"`, from its definition (float64): clamp the
+    log-softmax into [log low, log high], take the loss's gradient g on the clamped log-probabilities, keep it
+    where the entry is in range or where a descent step (-g) moves a clamped entry back inward, and pull the kept
+    gradient back through the log-softmax (d l_i / d x_j = delta_ij - p_j)."""
+    x = raw.detach().double()
+    log_p = torch.log_softmax(x, -1)
+    clamped = log_p.clamp(math.log(low), math.log(high)).requires_grad_(True)
+    probs = clamped.exp() / clamped.exp().sum(-1, keepdim=True)
+    (g,) = torch.autograd.grad(loss_of_probs(probs).sum(), clamped)
+    keep = ((log_p >= math.log(low)) & (log_p <= math.log(high))) | ((log_p < math.log(low)) & (g < 0)) | (
+        (log_p > math.log(high)) & (g > 0))
+    g = torch.where(keep, g, torch.zeros_like(g))
+    return g - log_p.exp() * g.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("term", ["online", "bc"])
+def test_inward_clamped_gradient_matches_a_float64_reference(term):
+    """`Discrete(clamped_grad="inward")`: values as "zero" gives them, gradients on the logits those of the
+    definition (the online term -sum_a pi(a) Q(a) and the BC term -log pi(a_buffer)), at scales from in-range to
+    saturated policies."""
+    torch.manual_seed(0)
+    for scale in (1.0, 4.0, 12.0):
+        raw = (scale * torch.randn(256, 5)).requires_grad_(True)
+        q = 10 * torch.randn(256, 5) - 20
+        index = torch.randint(0, 5, (256,))
+        if term == "online":
+            def loss(probs):
+                return -(probs * q.to(probs.dtype)).sum(-1)
+        else:
+            def loss(probs):
+                return -torch.log(probs.gather(-1, index[:, None].to(probs.device)))[..., 0]
+        dist = Discrete(clamped_grad="inward")(raw)
+        torch.testing.assert_close(dist.probs, Discrete()(raw).probs, atol=1e-6, rtol=1e-5)
+        (grad,) = torch.autograd.grad(loss(dist.probs).sum(), raw, retain_graph=True)
+        torch.testing.assert_close(grad.double(), inward_clamp_reference(raw, loss), atol=1e-5, rtol=1e-4)
+        if term == "bc":  # the distribution's own log_prob gives the same gradient
+            (grad_lp,) = torch.autograd.grad(-dist.log_prob(index[:, None]).sum(), raw)
+            torch.testing.assert_close(grad_lp, grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("factory", [Discrete, DiscreteLikeContinuous])
+def test_inward_clamp_lets_a_saturated_policy_move_only_back_inward(factory):
+    """A policy saturated on action 0 (logits [8, -3, -3, -3]: 0.997 / 0.001 x 3 after clamping). Where the
+    critic prefers actions 1 and 3, torch.clamp's rule ("zero") leaves both actor terms without any gradient,
+    "inward" pulls actions 1 and 3 up and 0 down; where the critic prefers action 0 (already at the upper
+    bound), "inward" gives no gradient either: a confident policy is never pushed further out."""
+    def grads(clamped_grad, q, bc_index):
+        raw = torch.tensor([[8.0, -3.0, -3.0, -3.0]], requires_grad=True)
+        dist = factory(clamped_grad=clamped_grad)(raw)
+        probs = dist.probs
+        online = -(probs * torch.tensor([q])).sum()
+        bc = -torch.log(probs[0, bc_index])
+        return [torch.autograd.grad(term, raw, retain_graph=True)[0][0] for term in (online, bc)]
+
+    for g in grads("zero", [0.0, 5.0, -1.0, 5.0], 1):
+        assert torch.count_nonzero(g) == 0
+    online, bc = grads("inward", [0.0, 5.0, -1.0, 5.0], 1)
+    assert online[1] < 0 and online[3] < 0 and online[0] > 0  # a descent step raises the better actions
+    assert bc[1] < -0.9 and bc[0] > 0.9  # the log-probability's own gradient at the bound, not p's ~1.7e-5
+    assert abs(online[2]) < 1e-6  # the worse action is not pushed further below its bound
+    for g in grads("inward", [5.0, 0.0, 0.0, 0.0], 0):
+        assert torch.count_nonzero(g) == 0
+
+
+def test_clamped_grad_is_checked():
+    for factory in (Discrete, DiscreteLikeContinuous):
+        with pytest.raises(ValueError, match=r"clamped_grad='soft': choose one of zero, inward"):
+            factory(clamped_grad="soft")
+
+
 def test_symlog_inverse():
     x = torch.tensor([-1e5, -3.0, 0.0, 0.2, 1e5])
     torch.testing.assert_close(symexp(symlog(x)), x)

@@ -82,3 +82,29 @@ def test_the_optimizer_is_fused_adamw_and_steps_as_torchs_default(tmp_path):
             opt.step()
     for f, p in zip(fused, plain):
         torch.testing.assert_close(f, p, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["trainer.greedy_actor_fraction=0.5"], [False, False, True, True]),
+    (["trainer.greedy_actor_fraction=0.0"], True),
+    (["trainer.greedy_actor_fraction=1.0"], False),
+    (["trainer.greedy_actor_fraction=0.5", "trainer.sample_actions_train=false"], False),
+])
+def test_greedy_actor_fraction_reaches_the_training_rollout(tmp_path, overrides, expected):
+    """What the training actors are told at every step: half of 4 actors greedy (the first two), or one choice
+    for all of them."""
+    import torch
+
+    trainer = Trainer(compose_config(["env.parallel_actors=4", *overrides]), tmp_path / "run")
+    seen, get_actions = [], trainer.agent.get_actions
+    trainer.agent.get_actions = lambda *a, **kw: (seen.append(kw["sample"]), get_actions(*a, **kw))[1]
+    try:
+        trainer.run_collection(trainer.agent)
+    finally:
+        trainer.close()
+    assert len(seen) == trainer.cfg.trainer.train_timesteps_per_epoch
+    for sample in seen:
+        if isinstance(expected, bool):
+            assert sample is expected
+        else:
+            assert torch.equal(sample, torch.tensor(expected))

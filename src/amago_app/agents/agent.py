@@ -222,12 +222,17 @@ class Agent(BaseAgent):
 
     @torch.no_grad()
     def get_actions(self, obs: dict[str, torch.Tensor], rl2s: torch.Tensor, time_idxs: torch.Tensor,
-                    hidden_state: Any = None, sample: bool = True) -> tuple[torch.Tensor, Any]:
+                    hidden_state: Any = None, sample: bool | torch.Tensor = True) -> tuple[torch.Tensor, Any]:
         """Actions of the test-time (last) gamma at the last timestep: (N, 1, A') with A' = 1 uint8 index
-        (discrete), A uint8 0/1 bits (multibinary) or A float32 in [-1, 1] (continuous)."""
+        (discrete), A uint8 0/1 bits (multibinary) or A float32 in [-1, 1] (continuous). `sample`: for all
+        envs, or one bool per env (N,)."""
         s, hidden_state = self.get_state(obs, rl2s, time_idxs, hidden_state)
         dist = self.policy(self.actor, s[:, -1:], obs, slice(-1, None))
-        a = dist.sample() if sample else dist.mode()
+        if isinstance(sample, torch.Tensor):
+            mode = dist.mode()
+            a = torch.where(sample.view(-1, *(1,) * (mode.dim() - 1)), dist.sample(), mode)
+        else:
+            a = dist.sample() if sample else dist.mode()
         a = a[:, :, -1]
         if self.discrete and self.actor.dist.one_hot_actions:
             a = a.argmax(-1, keepdim=True)

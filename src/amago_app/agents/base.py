@@ -48,12 +48,13 @@ class BaseAgent(nn.Module, ABC):
 
     @abstractmethod
     def get_actions(self, obs: dict[str, torch.Tensor], rl2s: torch.Tensor, time_idxs: torch.Tensor,
-                    hidden_state: Any = None, sample: bool = True) -> tuple[torch.Tensor, Any]:
+                    hidden_state: Any = None, sample: bool | torch.Tensor = True) -> tuple[torch.Tensor, Any]:
         """Actions for the newest timestep of each env, and the new hidden state.
 
         Inputs have a time dimension of 1: obs[k] (N, 1, ...), rl2s (N, 1, 1+A), time_idxs (N, 1, 1).
         Returns actions (N, 1, A'): a uint8 index (Discrete, A' = 1), uint8 0/1 bits (MultiBinary) or float32
-        in [-1, 1] (Box); `sample=False` asks for the greedy action.
+        in [-1, 1] (Box); `sample=False` asks for the greedy action. `sample` is a (N,) bool tensor (True =
+        sample) only when `trainer.greedy_actor_fraction` mixes the two among the training actors.
         """
 
     @abstractmethod

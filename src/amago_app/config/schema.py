@@ -222,7 +222,7 @@ class ActorHeadConfig:
     continuous_dist_type: Any = _dist("TanhGaussian")
     """Policy for Box actions: tanh_gaussian | gmm | beta (a name), or ._target_=amago_app.nets.heads.distributions.GMM
     plus +agent.actor.continuous_dist_type.<param>=<value>."""
-    discrete_dist_type: Any = _dist("Discrete", clip_prob_low=0.001, clip_prob_high=0.99)
+    discrete_dist_type: Any = _dist("Discrete", clip_prob_low=0.001, clip_prob_high=0.99, clamped_grad="zero")
     """Policy for Discrete actions: discrete | discrete_like_continuous (a name), or a {_target_: ...} config."""
     multibinary_dist_type: Any = _dist("Multibinary")
     """Policy for MultiBinary actions: multibinary."""
@@ -514,6 +514,11 @@ class TrainerConfig:
     """Use a large value for pure offline training from protected files."""
     force_reset_train_envs_every: Optional[int] = None
     sample_actions_train: bool = True
+    greedy_actor_fraction: float = 0.0
+    """With sample_actions_train: the share of each process's training actors (rounded, the first ones) that act
+    with the policy's mode instead of a sample; the exploration's noise is added for all of them. A greedy
+    actor acts as validation does, so its episodes reach what the current policy can reach; a sampling actor
+    wanders. 0 = every actor samples (the original AMAGO's only choice)."""
     sample_actions_val: bool = True
     val_both_modes: bool = False
     """Also validate with the other action mode (sampled when sample_actions_val is false, greedy otherwise) and

@@ -23,6 +23,19 @@ from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.interaction.exploration import Exploration
 
 
+def actor_sampling(sample: bool, greedy_fraction: float, num_envs: int,
+                   device: torch.device | None = None) -> bool | torch.Tensor:
+    """How `num_envs` actors act: True (all sample), False (all take the policy's mode) or, when
+    `greedy_fraction` of them (rounded, the first ones) is neither none nor all, one bool per actor (True =
+    samples), the `sample` argument of `Rollout.run` and `get_actions`."""
+    greedy = round(greedy_fraction * num_envs) if sample else num_envs
+    if greedy in (0, num_envs):
+        return greedy == 0
+    mask = torch.ones(num_envs, dtype=torch.bool, device=device)
+    mask[:greedy] = False
+    return mask
+
+
 class RolloutStats:
     """Returns and custom metrics of the rollouts that finished during one interaction."""
 
@@ -106,7 +119,7 @@ class Rollout:
         self._started = True
 
     @torch.no_grad()
-    def run(self, agent: BaseAgent, device: torch.device, steps: int, sample: bool = True,
+    def run(self, agent: BaseAgent, device: torch.device, steps: int, sample: bool | torch.Tensor = True,
             episodes: int | np.ndarray | None = None, autocast: Callable[[], object] = nullcontext,
             on_step: Callable[[int], None] | None = None, on_episode: Callable[[int], None] | None = None,
             save_on_done_to: str | Path | None = None, stop: Callable[[], bool] | None = None) -> RolloutStats:

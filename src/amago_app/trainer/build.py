@@ -133,6 +133,8 @@ def build_accelerator(cfg: DictConfig, run_dir: str | Path, precision: str = "no
                      ("train_timesteps_per_epoch", 0), ("val_timesteps_per_epoch", 0), ("log_interval", 1)):
         if t[key] < low:
             raise ValueError(f"trainer.{key}={t[key]} must be >= {low}")
+    if not 0.0 <= t.greedy_actor_fraction <= 1.0:  # also catches NaN
+        raise ValueError(f"trainer.greedy_actor_fraction={t.greedy_actor_fraction} must be in [0, 1]")
     if t.compile_mode not in COMPILE_MODES:
         raise ValueError(f"trainer.compile_mode={t.compile_mode!r} is not one of {COMPILE_MODES}")
     dynamo = None

@@ -20,7 +20,7 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig
 
-from amago_app.interaction.rollout import balanced_quota
+from amago_app.interaction.rollout import actor_sampling, balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
 from amago_app.rundir import Checkpoints, crash_point
@@ -178,9 +178,14 @@ class Trainer:
             self.train_rollout.reset(agent, self.device)
         return self.train_rollout.run(
             agent, self.device, self.cfg.trainer.train_timesteps_per_epoch,
-            sample=self.cfg.trainer.sample_actions_train, autocast=self.rollout_autocast, on_step=on_step,
+            sample=self.train_sampling(), autocast=self.rollout_autocast, on_step=on_step,
             stop=self._interrupted,
         )
+
+    def train_sampling(self) -> bool | torch.Tensor:
+        t = self.cfg.trainer
+        return actor_sampling(t.sample_actions_train, t.greedy_actor_fraction, self.train_rollout.num_envs,
+                              self.device)
 
     def record_collection(self, stats, seconds: float, beside_update: bool = False) -> float:
         """The recorder's finished trajectories to the buffer, frame counters, `train/` metrics; env steps/s."""

@@ -87,15 +87,55 @@ class PolicyDistribution:
         return f"{type(self).__name__}({params})"
 
 
-def _clip_probs(probs: torch.Tensor, low: float, high: float) -> torch.Tensor:
+CLAMPED_GRADS = ("zero", "inward")
+
+
+class _ClampInward(torch.autograd.Function):
+    """`x.clamp(low, high)` whose backward also passes the part of the gradient that would move a clamped entry
+    back into [low, high] (a descent step moves x by -grad: an entry below `low` keeps a negative gradient, one
+    above `high` a positive one); the part that would push it further out stays zero, as with torch.clamp."""
+
+    @staticmethod
+    def forward(ctx, x, low, high):
+        ctx.save_for_backward(x)
+        ctx.low, ctx.high = low, high
+        return x.clamp(low, high)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        keep = ((x >= ctx.low) & (x <= ctx.high)) | ((x < ctx.low) & (grad < 0)) | ((x > ctx.high) & (grad > 0))
+        return torch.where(keep, grad, torch.zeros_like(grad)), None, None  # not grad * keep: inf * 0 = NaN
+
+
+def _clamp(x: torch.Tensor, low: float, high: float, clamped_grad: str) -> torch.Tensor:
+    """Clamp with the gradient rule `clamped_grad` ("zero": torch.clamp's, "inward": `_ClampInward`).
+
+    Why "inward" exists: a softmax policy that has saturated at a state (its probabilities clamped at the
+    bounds) gets no gradient there at all under "zero", from the online term or the filtered BC term, so a
+    state where the critic has found a better action keeps the old one until the shared representation happens
+    to move it back into range. "inward" lets both terms pull a clamped probability back, and still never
+    pushes a confident policy further out."""
+    if clamped_grad == "inward" and x.requires_grad:
+        return _ClampInward.apply(x, low, high)
+    return x.clamp(low, high)
+
+
+def _check_clamped_grad(clamped_grad: str) -> None:
+    if clamped_grad not in CLAMPED_GRADS:
+        raise ValueError(f"clamped_grad={clamped_grad!r}: choose one of {', '.join(CLAMPED_GRADS)}")
+
+
+def _clip_probs(probs: torch.Tensor, low: float, high: float, clamped_grad: str = "zero") -> torch.Tensor:
     """Clamp into [low, high] and renormalize by the live sum.
 
     The sum must carry gradient: the Agent's online actor term is the exact expectation sum_a pi(a) Q(s, a)
     over these probabilities, and only a live normalization keeps that gradient centred on the advantage
     Q(s, a) - V(s). With a detached sum the gradient on an in-range probability is Q(s, a) itself, so its
     direction follows the sign of the raw values (on logits [6, 0], Q = [5, 4] a descent step would favour the
-    worse action). Entries clamped at a bound still get no gradient of their own."""
-    probs = probs.clamp(low, high)
+    worse action). Entries clamped at a bound get no gradient of their own with `clamped_grad="zero"`, only
+    the inward part of it with "inward" (`_clamp`)."""
+    probs = _clamp(probs, low, high, clamped_grad)
     return probs / probs.sum(-1, keepdim=True)
 
 
@@ -135,19 +175,31 @@ class ClippedCategorical:
 
 
 class Discrete(PolicyDistribution):
-    """Softmax policy with probabilities clamped to [low, high] and renormalized (a proper categorical)."""
+    """Softmax policy with probabilities clamped to [low, high] and renormalized (a proper categorical).
+    `clamped_grad`: the gradient a clamped probability gets, "zero" (torch.clamp's) or "inward" (see `_clamp`)."""
 
     action_kind = "discrete"
 
-    def __init__(self, clip_prob_low: float = 0.001, clip_prob_high: float = 0.99):
+    def __init__(self, clip_prob_low: float = 0.001, clip_prob_high: float = 0.99, clamped_grad: str = "zero"):
         _check_clip(clip_prob_low, clip_prob_high)
+        _check_clamped_grad(clamped_grad)
         self.clip_prob_low, self.clip_prob_high = clip_prob_low, clip_prob_high
+        self.clamped_grad = clamped_grad
 
     def input_dim(self, action_dim: int) -> int:
         return action_dim
 
     def __call__(self, raw):
-        return ClippedCategorical(_clip_probs(F.softmax(raw.float(), dim=-1), self.clip_prob_low, self.clip_prob_high))
+        if self.clamped_grad == "zero":
+            return ClippedCategorical(_clip_probs(F.softmax(raw.float(), dim=-1), self.clip_prob_low,
+                                                  self.clip_prob_high))
+        # "inward": clamp in log space, so that a clamped probability gets the gradient it would have at the
+        # bound (d p / d logit = p there); in probability space it would be scaled by the softmax's own, possibly
+        # far smaller, value and barely move a saturated policy
+        low = math.log(self.clip_prob_low) if self.clip_prob_low > 0 else float("-inf")
+        log_probs = _clamp(F.log_softmax(raw.float(), dim=-1), low, math.log(self.clip_prob_high), "inward")
+        probs = log_probs.exp()
+        return ClippedCategorical(probs / probs.sum(-1, keepdim=True))
 
     def action_from_buffer(self, actions):
         return _clip_probs(actions, self.clip_prob_low, self.clip_prob_high)
@@ -197,17 +249,21 @@ class DiscreteLikeContinuous(PolicyDistribution):
     straight-through hard Gumbel-softmax `rsample` (temperature `gumbel_temperature`) from the same clipped
     policy as `Discrete`: log-probabilities are log(clamp(softmax(raw), clip_prob_low, clip_prob_high)),
     renormalized, with no gradient for probabilities outside the range (a confident policy is not pushed
-    further). The stored one-hots fed to critics are softened with the same clip values (`action_from_buffer`)."""
+    further; with `clamped_grad="inward"` the part of the gradient that pulls them back in passes, see
+    `_clamp`). The stored one-hots fed to critics are softened with the same clip values (`action_from_buffer`)."""
 
     action_kind = "discrete"
     one_hot_actions = True
 
-    def __init__(self, clip_prob_low: float = 0.001, clip_prob_high: float = 0.99, gumbel_temperature: float = 0.5):
+    def __init__(self, clip_prob_low: float = 0.001, clip_prob_high: float = 0.99, gumbel_temperature: float = 0.5,
+                 clamped_grad: str = "zero"):
         _check_clip(clip_prob_low, clip_prob_high)
+        _check_clamped_grad(clamped_grad)
         if gumbel_temperature <= 0:
             raise ValueError(f"gumbel_temperature must be > 0, got {gumbel_temperature}")
         self.clip_prob_low, self.clip_prob_high = clip_prob_low, clip_prob_high
         self.gumbel_temperature = gumbel_temperature
+        self.clamped_grad = clamped_grad
 
     def input_dim(self, action_dim: int) -> int:
         return action_dim
@@ -217,7 +273,7 @@ class DiscreteLikeContinuous(PolicyDistribution):
         # probabilities outside the range, and no 0 * log(0) = NaN for actions masked with -inf logits.
         # (StraightThroughOneHot renormalizes, as a Categorical built from the clipped probabilities does.)
         low = math.log(self.clip_prob_low) if self.clip_prob_low > 0 else float("-inf")
-        log_probs = F.log_softmax(raw.float(), dim=-1).clamp(low, math.log(self.clip_prob_high))
+        log_probs = _clamp(F.log_softmax(raw.float(), dim=-1), low, math.log(self.clip_prob_high), self.clamped_grad)
         return StraightThroughOneHot(log_probs, self.gumbel_temperature)
 
     def action_from_buffer(self, actions):
