@@ -906,6 +906,20 @@ def _run_child(job: dict) -> dict:
     return outcome
 
 
+def override_value(text: str):
+    """The value of `--override KEY=TEXT` as amago_app's Hydra overrides read it: true / false / null (any case)
+    are the bool and None (Python's literal_eval alone would keep "false" a non-empty, truthy string), then
+    numbers, lists and quoted strings; any other bare word is a string setting."""
+    text = text.strip()
+    words = {"true": True, "false": False, "null": None, "none": None, "~": None}
+    if text.lower() in words:
+        return words[text.lower()]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     checkout = Path(args.amago).expanduser()
@@ -933,10 +947,7 @@ def main(argv: list[str] | None = None) -> int:
         key, sep, text = item.partition("=")
         if not sep:
             return _fail(f"--override {item!r}: give KEY=VALUE, e.g. trainer.train_batches_per_epoch=10")
-        try:
-            overrides[key.strip()] = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            overrides[key.strip()] = text.strip()  # a bare word: a string setting
+        overrides[key.strip()] = override_value(text)
     if not (checkout / "amago" / "__init__.py").is_file():
         return _fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
     probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(checkout)!r}); import amago"],

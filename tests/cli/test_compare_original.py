@@ -157,3 +157,14 @@ def test_auto_precision_is_decided_as_amago_app_decides_it(script, flags, native
     cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n" if "asimd" not in flags else f"Features\t: {flags}\n"
     ours = choose_precision("auto", "cpu", cpu_flags(cpuinfo), cuda_bf16=False).value
     assert script.cpu_precision(cpuinfo) == ours == ("bf16" if native else "no")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("false", False), ("False", False), ("true", True), ("TRUE", True), ("null", None), ("none", None),
+    ("3", 3), ("1e-4", 1e-4), ("[0.1, 0.9]", [0.1, 0.9]), ("'fixed'", "fixed"), ("fixed", "fixed"),
+])
+def test_override_values_read_as_hydra_reads_them(script, text, value):
+    """`--override trainer.sample_actions_train=false` must reach the original as False: read by literal_eval
+    alone it stayed the string "false", which is truthy, and the original sampled."""
+    parsed = script.override_value(text)
+    assert parsed == value and type(parsed) is type(value)
