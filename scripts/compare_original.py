@@ -263,13 +263,17 @@ ROWS = {
             "max_seq_len": 51,
             "env.traj_save_len": None,
             **CORRIDOR_EXPLORATION,
-            "trainer.val_interval": 4,
+            "trainer.val_interval": 2,
+            "trainer.greedy_actor_fraction": 0.5,
         },
         "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (the last step's goal "
                   "reward) through the original's AMAGO_LOG_METRIC info keys",
                   "corridor exploration is the original's own T-maze example recipe (TMazeExploration, loaded "
-                  "from the checkout's examples/04_tmaze.py); that example also acts greedily while collecting, "
-                  "the preset samples (trainer.sample_actions_train), so this run samples"],
+                  "from the checkout's examples/04_tmaze.py); that example acts greedily while collecting "
+                  "(all actors); the preset has half of its actors sample and half act greedily "
+                  "(trainer.greedy_actor_fraction), which the original cannot, so this run samples as the "
+                  "preset's sample_actions_train says (--override trainer.sample_actions_train=false runs the "
+                  "example's choice)"],
     },
     "key_door": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 100,
