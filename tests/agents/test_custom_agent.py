@@ -105,3 +105,19 @@ def test_an_agent_class_outside_the_contract_fails_with_one_clear_line(tmp_path)
     with pytest.raises(ValueError, match="does not implement amago_app.agents.base.BaseAgent") as e:
         Trainer(cfg, tmp_path / "run")
     assert "\n" not in str(e.value)
+
+
+def test_greedy_actor_fraction_needs_an_agent_that_takes_one_sampling_choice_per_env(tmp_path):
+    """MinimalAgent's get_actions takes `sample` as one bool: a mix of greedy and sampling actors is refused in
+    one line before anything runs; all or none greedy works with it."""
+    cfg = compose_config(SMALL + ["trainer.epochs=1", "trainer.greedy_actor_fraction=0.5"], tiny=False)
+    with pytest.raises(ValueError, match=r"trainer.greedy_actor_fraction=0.5 mixes greedy and sampling actors, "
+                                         r"but MinimalAgent.get_actions does not declare") as e:
+        Trainer(cfg, tmp_path / "run")
+    assert "\n" not in str(e.value)
+    trainer = Trainer(compose_config(SMALL + ["trainer.epochs=1", "trainer.greedy_actor_fraction=1.0"], tiny=False),
+                      tmp_path / "run2")
+    try:
+        assert trainer.train_sampling() is False
+    finally:
+        trainer.close()

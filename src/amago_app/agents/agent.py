@@ -220,6 +220,8 @@ class Agent(BaseAgent):
     def get_state(self, obs, rl2s, time_idxs, hidden_state=None):
         return self.traj_encoder(self.tstep_encoder(obs, rl2s), time_idxs, hidden_state)
 
+    per_env_sampling = True  # get_actions takes one sampling choice per env (trainer.greedy_actor_fraction)
+
     @torch.no_grad()
     def get_actions(self, obs: dict[str, torch.Tensor], rl2s: torch.Tensor, time_idxs: torch.Tensor,
                     hidden_state: Any = None, sample: bool | torch.Tensor = True) -> tuple[torch.Tensor, Any]:

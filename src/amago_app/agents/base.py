@@ -40,6 +40,10 @@ from amago_app.data.timestep import Batch
 class BaseAgent(nn.Module, ABC):
     """What the trainer relies on. See the module docstring for when each method is called."""
 
+    per_env_sampling: bool = False
+    """True when `get_actions` accepts `sample` as one bool per env (needed by `trainer.greedy_actor_fraction`
+    between 0 and 1)."""
+
     @abstractmethod
     def forward(self, batch: Batch, log_step: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training loss of one padded batch (`amago_app.data.timestep.Batch`; `padding_mask` tells real

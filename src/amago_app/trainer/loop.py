@@ -80,6 +80,10 @@ class Trainer:
         self.buffer.expect(trajectory_spec(self.train_envs))  # files that do not fit are skipped and counted
         self.loader = build_loader(cfg, self.buffer, self.actor_rank, self.device, self.compiled.value)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
+        if isinstance(self.train_sampling(), torch.Tensor) and not getattr(self.agent, "per_env_sampling", False):
+            raise ValueError(f"trainer.greedy_actor_fraction={t.greedy_actor_fraction} mixes greedy and sampling "
+                             f"actors, but {type(self.agent).__name__}.get_actions does not declare that it takes "
+                             "one sampling choice per env (per_env_sampling = True); set it to 0 or 1")
         self.params = self.agent.trainable_parameters()
         self._background = BackgroundCollection(self) if self.overlap.value else None
         # the rollout step compiled now (trainer.compile_rollout), so that no collection waits for it; after the
