@@ -126,16 +126,25 @@ def _check_clamped_grad(clamped_grad: str) -> None:
         raise ValueError(f"clamped_grad={clamped_grad!r}: choose one of {', '.join(CLAMPED_GRADS)}")
 
 
-def _clip_probs(probs: torch.Tensor, low: float, high: float, clamped_grad: str = "zero") -> torch.Tensor:
+def _clamped_log_probs(raw: torch.Tensor, low: float, high: float, clamped_grad: str) -> torch.Tensor:
+    """log(clamp(softmax(raw), low, high)), clamped in log space (not renormalized): the same values as clamping
+    the probabilities, no 0 * log(0) = NaN for actions masked with -inf logits, and with "inward" a clamped
+    probability gets the gradient it would have at the bound (d p / d logit = p there) rather than one scaled by
+    the softmax's own, possibly far smaller, value."""
+    log_low = math.log(low) if low > 0 else float("-inf")
+    return _clamp(F.log_softmax(raw.float(), dim=-1), log_low, math.log(high), clamped_grad)
+
+
+def _clip_probs(probs: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """Clamp into [low, high] and renormalize by the live sum.
 
     The sum must carry gradient: the Agent's online actor term is the exact expectation sum_a pi(a) Q(s, a)
     over these probabilities, and only a live normalization keeps that gradient centred on the advantage
     Q(s, a) - V(s). With a detached sum the gradient on an in-range probability is Q(s, a) itself, so its
     direction follows the sign of the raw values (on logits [6, 0], Q = [5, 4] a descent step would favour the
-    worse action). Entries clamped at a bound get no gradient of their own with `clamped_grad="zero"`, only
-    the inward part of it with "inward" (`_clamp`)."""
-    probs = _clamp(probs, low, high, clamped_grad)
+    worse action). Entries clamped at a bound still get no gradient of their own (`Discrete`'s "inward" rule
+    clamps in log space instead, `_clamped_log_probs`)."""
+    probs = probs.clamp(low, high)
     return probs / probs.sum(-1, keepdim=True)
 
 
@@ -193,12 +202,9 @@ class Discrete(PolicyDistribution):
         if self.clamped_grad == "zero":
             return ClippedCategorical(_clip_probs(F.softmax(raw.float(), dim=-1), self.clip_prob_low,
                                                   self.clip_prob_high))
-        # "inward": clamp in log space, so that a clamped probability gets the gradient it would have at the
-        # bound (d p / d logit = p there); in probability space it would be scaled by the softmax's own, possibly
-        # far smaller, value and barely move a saturated policy
-        low = math.log(self.clip_prob_low) if self.clip_prob_low > 0 else float("-inf")
-        log_probs = _clamp(F.log_softmax(raw.float(), dim=-1), low, math.log(self.clip_prob_high), "inward")
-        probs = log_probs.exp()
+        # "inward" clamps in log space (see _clamped_log_probs): in probability space the gradient that reaches a
+        # clamped action's logit would be scaled by its softmax value and barely move a saturated policy
+        probs = _clamped_log_probs(raw, self.clip_prob_low, self.clip_prob_high, "inward").exp()
         return ClippedCategorical(probs / probs.sum(-1, keepdim=True))
 
     def action_from_buffer(self, actions):
@@ -269,11 +275,8 @@ class DiscreteLikeContinuous(PolicyDistribution):
         return action_dim
 
     def __call__(self, raw):
-        # log(clamp(softmax(raw), low, high)), clamped in log space: the same values, zero gradient for the
-        # probabilities outside the range, and no 0 * log(0) = NaN for actions masked with -inf logits.
         # (StraightThroughOneHot renormalizes, as a Categorical built from the clipped probabilities does.)
-        low = math.log(self.clip_prob_low) if self.clip_prob_low > 0 else float("-inf")
-        log_probs = _clamp(F.log_softmax(raw.float(), dim=-1), low, math.log(self.clip_prob_high), self.clamped_grad)
+        log_probs = _clamped_log_probs(raw, self.clip_prob_low, self.clip_prob_high, self.clamped_grad)
         return StraightThroughOneHot(log_probs, self.gumbel_temperature)
 
     def action_from_buffer(self, actions):
