@@ -376,9 +376,13 @@ ROWS = {
     },
     "popgym_repeat_previous": {
         "traj": "transformer_gain3", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy"},
+        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy", "trainer.val_interval": 2,
+                     "trainer.greedy_actor_fraction": 0.5},
         "notes": ["the env is the original's POPGym wrapper (observation + a timer / 1000); amago_app's own "
-                  "wrapper is built the same way"],
+                  "wrapper is built the same way",
+                  "the preset has half of its actors act greedily (trainer.greedy_actor_fraction), which the "
+                  "original cannot: this run samples with every actor, as the preset's sample_actions_train "
+                  "says (--override trainer.sample_actions_train=false makes every actor greedy)"],
     },
     "popgym_count_recall": {
         "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
