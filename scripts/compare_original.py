@@ -300,7 +300,7 @@ ROWS = {
         },
         "notes": ["the original's Dark Key-Door logs only the return (keys + doors): a wrapper adds "
                   "'Total Successes' (doors reached per meta-rollout, the row's metric) through AMAGO_LOG_METRIC",
-                  "exploration anneals over half of the (budget-scaled) run, as the preset does; the original's "
+                  "exploration anneals over the whole (budget-scaled) run, as the preset does; the original's "
                   "Key-Door example anneals over an absolute 500,000 steps per actor"],
     },
     "cartpole": {
