@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import threading
 import time
 from pathlib import Path
@@ -45,8 +46,17 @@ def timed_blocks(run_block, blocks: int, iters: int) -> list[float]:
     for _ in range(blocks):
         start = time.perf_counter()
         run_block()
+        _wait_for_gpu()
         rates.append(iters / (time.perf_counter() - start))
     return rates
+
+
+def _wait_for_gpu() -> None:
+    """CUDA kernels run asynchronously: a block ends when the GPU has finished its work, not when the last
+    launch returns (a no-op where torch is not imported or CUDA was never used)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _tree_rss_kb(root: int) -> int:
