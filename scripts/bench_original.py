@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
-from speed_common import PeakRSS, cpu_name, timed_blocks
+from speed_common import PeakRSS, cpu_name, timed_blocks, wait_for_gpu
 
 WORKLOADS = {  # name -> (transformer d_model, layers, T-maze corridor = max_seq_len - 1)
     "reference": (128, 2, 49),
@@ -134,6 +134,7 @@ def bench_loop(args, tmp: Path) -> dict:
         start = time.perf_counter()
         for batch in exp.train_dloader:
             exp.train_step(batch, log_step=False)
+        wait_for_gpu()  # as timed_blocks does: the updates have finished, not only been launched
         ups.append(batches / (time.perf_counter() - start))
     return {"bench": "loop", "updates_per_s": round(statistics.median(ups), 3),
             "env_steps_per_s": round(statistics.median(fps), 1)}

@@ -46,12 +46,12 @@ def timed_blocks(run_block, blocks: int, iters: int) -> list[float]:
     for _ in range(blocks):
         start = time.perf_counter()
         run_block()
-        _wait_for_gpu()
+        wait_for_gpu()
         rates.append(iters / (time.perf_counter() - start))
     return rates
 
 
-def _wait_for_gpu() -> None:
+def wait_for_gpu() -> None:
     """CUDA kernels run asynchronously: a block ends when the GPU has finished its work, not when the last
     launch returns (a no-op where torch is not imported or CUDA was never used)."""
     torch = sys.modules.get("torch")
