@@ -283,7 +283,7 @@ ROWS = {
             "env.make.size": 5,
             "env.make.max_episode_steps": 20,
             "env.make.dark": True,
-            "env.parallel_actors": 32,
+            "env.parallel_actors": 64,
             "env.horizon": 100,
             "max_seq_len": 100,
             "env.traj_save_len": None,
