@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import MISSING
 
 from amago_app.config.saved import SECTIONS, add_missing_keys
-from amago_app.config.schema import SCHEMAS, MixtureBufferConfig
+from amago_app.config.schema import SCHEMAS, MixtureBufferConfig, TrainerConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SRC = Path(__file__).resolve().parents[2] / "src" / "amago_app"
@@ -149,6 +149,18 @@ def test_option_files_state_only_what_differs_from_the_schema():
                 if normalize(value) == normalize(schema_value):
                     restated.append(f"{path.relative_to(CONF)}: {key}: {value!r} is the schema's default")
     assert not restated, "option files restate schema defaults (delete these lines):\n" + "\n".join(restated)
+
+
+def test_the_trainer_amago_train_runs_is_the_schema_default():
+    """"Default" means one thing: the trainer `amago-train` composes with no overrides (`trainer: default`) has the
+    schema's values, so `TrainerConfig`, `--help` and a saved config missing a key all agree with what ships."""
+    from conftest import compose_config
+
+    composed = compose_config(tiny=False).trainer
+    differ = [f"trainer.{key}: shipped {composed[key]!r}, schema {value!r}"
+              for key, value in schema_defaults(TrainerConfig).items()
+              if not (isinstance(value, str) and "${" in value) and normalize(composed[key]) != normalize(value)]
+    assert not differ, "\n".join(differ)
 
 
 def test_every_schema_is_used_by_an_option_file():

@@ -475,19 +475,23 @@ class MixtureBufferConfig(BufferConfig):
 # --- trainer ----------------------------------------------------------------------------------------------
 @dataclass
 class TrainerConfig:
-    epochs: int = 1000
-    train_timesteps_per_epoch: int = 1000
+    """What `amago-train` runs with no overrides (conf/trainer/default.yaml adds nothing): sized for a 2-CPU
+    laptop, short epochs and frequent validation. The paper presets (`+experiment=...`) set the original scale:
+    1000 env steps and 1000 updates per epoch, validation every 20 epochs."""
+
+    epochs: int = 40
+    train_timesteps_per_epoch: int = 100
     """Env steps per actor per collection phase."""
-    train_batches_per_epoch: int = 1000
+    train_batches_per_epoch: int = 100
     """Gradient updates per epoch."""
-    val_interval: Optional[int] = 20
+    val_interval: Optional[int] = 2
     """Evaluate every this many epochs (null/0 = never)."""
     val_episodes: Optional[int] = 32
     """Episodes per validation, over all actors and processes (each actor finishes an equal share; the count is
     logged as `Episodes (All Processes)`). null = step every actor val_timesteps_per_epoch times instead."""
     val_timesteps_per_epoch: int = "${env.val_timesteps}"  # type: ignore[assignment]
     """Steps per actor that cover one validation rollout (with val_episodes: the step budget per episode)."""
-    ckpt_interval: Optional[int] = 50
+    ckpt_interval: Optional[int] = 10
     """Full training state every this many epochs (and at the end)."""
     always_save_latest: bool = True
     always_load_latest: bool = False
@@ -519,7 +523,8 @@ class TrainerConfig:
     with the policy's mode instead of a sample; the exploration's noise is added for all of them. A greedy
     actor acts as validation does, so its episodes reach what the current policy can reach; a sampling actor
     wanders. 0 = every actor samples (the original AMAGO's only choice)."""
-    sample_actions_val: bool = True
+    sample_actions_val: bool = False
+    """Validation acts greedily (argmax / mean), like amago-eval's default; training actors sample."""
     val_both_modes: bool = False
     """Also validate with the other action mode (sampled when sample_actions_val is false, greedy otherwise) and
     log it as the section `val-sampled` / `val-greedy`; `val` (best checkpoint, thresholds) is unchanged."""
@@ -528,7 +533,7 @@ class TrainerConfig:
     batches_per_update: int = 1
     """Gradient accumulation steps."""
     learning_rate: float = 1e-4
-    lr_warmup_steps: int = 500
+    lr_warmup_steps: int = 200
     grad_clip: float = 1.0
     max_nonfinite_updates: int = 10
     """Updates in a row with a non-finite loss or gradient (each one skipped and counted) before the run stops
@@ -538,7 +543,7 @@ class TrainerConfig:
     """auto | no | bf16 | fp16. auto: bf16 autocast where the device computes bf16 natively (CPUs with AVX512-BF16 /
     AMX-BF16 / Arm BF16, GPUs with torch.cuda.is_bf16_supported()), fp32 (no) elsewhere; the start-up lines say
     what it chose."""
-    log_interval: int = 300
+    log_interval: int = 50
     """Log train-update metrics every this many gradient steps."""
     compile: Any = "auto"
     """auto | true | false: torch.compile the update (inductor, static shapes). auto: on CUDA only (on CPUs it
