@@ -496,6 +496,32 @@ def hostile(rows, work: Path) -> None:
         rows.append((what, f"rc {refused_rc} ({len(lines)} line): {lines[-1][:300] if lines else ''}; states after "
                            f"{out['after_refusal']['epochs']}, tmp leftovers {len(out['after_refusal']['tmp'])}; "
                            f"resume rc {out['resumed'][0]}, states {out['final']['epochs']}"))
+    hostile_signals(rows, work)
+
+
+def start_in_own_group(*args, cwd: Path) -> subprocess.Popen:
+    """`amago-train args` in a process group of its own, as a scheduler's job (its signals reach the whole group)."""
+    return subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *args], cwd=cwd, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def hostile_signals(rows, work: Path) -> None:
+    """Signals a job gets from a scheduler or a user at bad moments: a suspend is not a hang."""
+    for mode in ("sync", "async"):
+        d, marker = work / f"s-pause-{mode}", work / f"s-pause-{mode}.stepping"
+        proc = start_in_own_group(*TINY, *FAULTY, "trainer.epochs=1", "+env.make.fault=slow", "+env.make.seconds=0.3",
+                                  f"+env.make.marker={marker}", "env.step_timeout=1", f"env.mode={mode}",
+                                  f"hydra.run.dir={d}", cwd=work)
+        deadline = time.monotonic() + 300
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGSTOP)  # inside the env's 0.3 s step
+        time.sleep(3)
+        os.killpg(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=600)
+        r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        rows.append((f"job suspended (SIGSTOP to its group) for 3 s inside an env step, `env.step_timeout=1`, "
+                     f"`env.mode={mode}`", f"rc {r.returncode}: {last_line(r)}"))
 
 
 if __name__ == "__main__":

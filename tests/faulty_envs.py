@@ -10,10 +10,12 @@ import numpy as np
 
 class Faulty(gym.Env):
     """2-d observations; from step `bad_step` on: `fault` = nan_reward | inf_obs | wrong_shape | str_reward (a reward
-    that is not a number) | hang (step never returns: sleeps for an hour)."""
+    that is not a number) | hang (step never returns: sleeps for an hour) | slow (its first `bad_step` steps sleep
+    `seconds` each, touching the file `marker` first: a test knows the env is inside a step)."""
 
     def __init__(self, fault: str = "nan_reward", bad_step: int = 3, horizon: int = 6, start_after: int = 0,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, seconds: float = 0.0, marker: str | None = None):
+        self.seconds, self.marker = seconds, marker
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.fault, self.bad_step, self.horizon = fault, bad_step, horizon
@@ -33,6 +35,11 @@ class Faulty(gym.Env):
         self.t += 1
         self.total_steps += 1
         obs, reward = np.full(2, 0.5, np.float32), 1.0
+        if self.fault == "slow" and self.total_steps <= self.bad_step:
+            if self.marker is not None:
+                open(self.marker, "a").close()
+            for _ in range(round(self.seconds / 0.01)):  # (in slices: like work, it does not advance while stopped)
+                time.sleep(0.01)
         if self.t >= self.bad_step and self.total_steps > self.start_after:
             if self.fault == "nan_reward":
                 reward = float("nan")
@@ -47,8 +54,9 @@ class Faulty(gym.Env):
         return obs, reward, False, self.t >= self.horizon, {}
 
 
-def make(fault: str = "nan_reward", bad_step: int = 3, start_after: int = 0, render_mode: str | None = None):
-    return Faulty(fault, bad_step, start_after=start_after, render_mode=render_mode)
+def make(fault: str = "nan_reward", bad_step: int = 3, start_after: int = 0, render_mode: str | None = None,
+         seconds: float = 0.0, marker: str | None = None):
+    return Faulty(fault, bad_step, start_after=start_after, render_mode=render_mode, seconds=seconds, marker=marker)
 
 
 _slept = False

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection
 import signal
 import threading
 import time
@@ -33,6 +34,10 @@ class StepTimeout(OneLineError):
     """An env did not return from a step (or reset) within env.step_timeout."""
 
 
+#: how long an expired step timeout waits for a SIGCONT that arrived with it (see TimeoutSyncVectorEnv)
+_RESUME_GRACE = 0.2
+
+
 class TimeoutSyncVectorEnv(SyncVectorEnv):
     """SyncVectorEnv whose step and reset give up after `step_timeout` seconds with one line naming the env and
     its step (StepTimeout), instead of hanging the run, and a SIGTERM's stop, forever.
@@ -40,7 +45,13 @@ class TimeoutSyncVectorEnv(SyncVectorEnv):
     The deadline is a SIGALRM timer armed around each call: the main thread's Python code, sleeps and blocking
     system calls are interrupted. It is off where no timer can be set (another thread, no `setitimer`). The
     handler is installed at the first call and put back at `close` (a timer firing outside a step goes to the
-    handler that was there before), and the timer of someone else is given back what is left of it."""
+    handler that was there before), and the timer of someone else is given back what is left of it.
+
+    A suspended job is not a hung env: the timer counts wall-clock time, also while the process is stopped
+    (SIGSTOP, Ctrl-Z, a scheduler's suspend), so a SIGCONT during a call gives the call its whole budget again.
+    A job continued after its deadline has SIGALRM and SIGCONT pending at once, and Python runs SIGALRM's handler
+    first (it runs pending handlers in signal-number order): an expiry therefore waits `_RESUME_GRACE` seconds
+    for such a SIGCONT before it counts as a hang."""
 
     def __init__(self, *args, step_timeout: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -48,11 +59,17 @@ class TimeoutSyncVectorEnv(SyncVectorEnv):
         self._in_call = False
         self._installed = False
         self._previous_handler = None
+        self._previous_resume_handler = None
+        self._expiring = False
 
     def _expire(self, signum, frame):
         if not self._in_call:
             if callable(self._previous_handler):
                 self._previous_handler(signum, frame)
+            return
+        if not self._expiring:
+            self._expiring = True
+            signal.setitimer(signal.ITIMER_REAL, _RESUME_GRACE)
             return
         env = ReportEnvName.active
         what = "an env did not return from its step" if env is None else (
@@ -61,15 +78,24 @@ class TimeoutSyncVectorEnv(SyncVectorEnv):
         raise StepTimeout(f"{what} within env.step_timeout={self.step_timeout:g}s; fix the env (or raise "
                           "env.step_timeout)")
 
+    def _resumed(self, signum, frame):
+        if self._in_call:
+            self._expiring = False
+            signal.setitimer(signal.ITIMER_REAL, self.step_timeout)
+        if callable(self._previous_resume_handler):
+            self._previous_resume_handler(signum, frame)
+
     def _timed(self, call, *args, **kwargs):
         if (not self.step_timeout or not hasattr(signal, "setitimer")
                 or threading.current_thread() is not threading.main_thread()):
             return call(*args, **kwargs)
         if not self._installed:  # (once: signal.getsignal per step would cost as much as a T-maze step)
             self._previous_handler = signal.signal(signal.SIGALRM, self._expire)
+            self._previous_resume_handler = signal.signal(signal.SIGCONT, self._resumed)
             self._installed = True
         start = time.monotonic()
         other, other_interval = signal.setitimer(signal.ITIMER_REAL, self.step_timeout)
+        self._expiring = False
         self._in_call = True
         try:
             return call(*args, **kwargs)
@@ -88,12 +114,20 @@ class TimeoutSyncVectorEnv(SyncVectorEnv):
     def close_extras(self, **kwargs):
         if self._installed and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGALRM, self._previous_handler)
+            signal.signal(signal.SIGCONT, self._previous_resume_handler)
             self._installed = False
         super().close_extras(**kwargs)
 
 
+#: how much longer than asked a wait for async workers may take and still count in full (a busy machine's delay)
+_WAIT_SLACK = 0.1
+
+
 class TimeoutAsyncVectorEnv(AsyncVectorEnv):
-    """AsyncVectorEnv whose step gives up after `step_timeout` seconds (a hung worker raises, not blocks)."""
+    """AsyncVectorEnv whose step gives up after `step_timeout` seconds (a hung worker raises, not blocks).
+
+    Only time this process ran counts: it waits for the workers in slices, and a slice that took much longer
+    than it asked for (the job was suspended, and its workers with it) counts as what it asked for."""
 
     def __init__(self, *args, step_timeout: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -102,7 +136,9 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
     def step(self, actions):
         self.step_async(actions)
         try:
-            return self.step_wait(timeout=self.step_timeout)
+            if self.step_timeout:
+                self._wait_for_workers()
+            return self.step_wait()
         except (mp.TimeoutError, EOFError, BrokenPipeError, ConnectionResetError) as e:
             self._abandon()
             if isinstance(e, mp.TimeoutError):
@@ -112,6 +148,22 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
             raise RuntimeError(
                 "an async env worker died; check the env, or use env.mode=sync to see its traceback in-process"
             ) from e
+
+    def _wait_for_workers(self) -> None:
+        """Returns when every worker answered (or closed its pipe); mp.TimeoutError after `step_timeout` seconds
+        of this process's running time."""
+        pending = list(self.parent_pipes)
+        left = self.step_timeout
+        while True:
+            asked = min(left, self.step_timeout / 4, 1.0)
+            start = time.monotonic()
+            ready = mp.connection.wait(pending, asked)
+            left -= min(time.monotonic() - start, asked + _WAIT_SLACK)
+            pending = [p for p in pending if p not in ready]
+            if not pending:
+                return
+            if left <= 0:
+                raise mp.TimeoutError
 
     def _abandon(self) -> None:
         """Stop all workers without waiting for the pending step (it will never arrive)."""
