@@ -74,3 +74,43 @@ def slow_start_tmaze(corridor_length: int, seconds: float, process_name: str):
         time.sleep(seconds)
         _slept = True
     return TMazePassive(corridor_length=corridor_length)
+
+
+class Raising(gym.Env):
+    """2-d observations; raises `error` (the name of a builtin exception, SystemExit included) in `where` = step (the
+    step `bad_step` of an episode, once the env took `start_after` steps in all) | reset (every reset after the
+    first `start_after` steps), or leaves its process at once with os._exit(3) (`error=os_exit`, as a crashing
+    extension would)."""
+
+    def __init__(self, where: str = "step", error: str = "RuntimeError", bad_step: int = 3, start_after: int = 0):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.where, self.error, self.bad_step, self.start_after = where, error, bad_step, start_after
+        self.env_name = f"Raising-{where}"
+        self.total_steps = 0
+
+    def _fail(self):
+        import builtins
+        import os
+
+        if self.error == "os_exit":
+            os._exit(3)
+        raise getattr(builtins, self.error)(0 if self.error == "SystemExit" else f"the env's own {self.error}")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        if self.where == "reset" and self.total_steps >= self.start_after:
+            self._fail()
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total_steps += 1
+        if self.where == "step" and self.t >= self.bad_step and self.total_steps > self.start_after:
+            self._fail()
+        return np.full(2, 0.5, np.float32), 1.0, False, self.t >= 6, {}
+
+
+def make_raising(where: str = "step", error: str = "RuntimeError", bad_step: int = 3, start_after: int = 0):
+    return Raising(where, error, bad_step, start_after)

@@ -9,7 +9,7 @@ import pytest
 from gymnasium import spaces
 
 from amago_app.envs.vector import StepTimeout, make_vector_env
-from amago_app.envs.wrapper import AMAGOEnv
+from amago_app.envs.wrapper import AMAGOEnv, EnvError
 
 
 class Countdown(gym.Env):
@@ -147,7 +147,8 @@ class Crashes(Countdown):
 def test_async_worker_crash_raises_instead_of_hanging():
     env = make_vector_env(Crashes, 2, mode="async", step_timeout=20)
     env.reset(seed=0)
-    with pytest.raises(RuntimeError, match="an async env worker died"):
+    with pytest.raises(EnvError, match=r"^env 'Countdown' died in step 1 of its episode: its async worker process "
+                                       r"ended with exit code 3 \(no Python exception\)"):
         env.step(np.array([[0], [0]]))
     env.close()  # closing after the failure is safe
 

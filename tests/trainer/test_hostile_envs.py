@@ -1,14 +1,18 @@
 """Envs that misbehave (tests/faulty_envs.py), through the real commands: a step that never returns is ended by
 env.step_timeout in the default sync mode and by a scheduler's SIGTERM within seconds, with the last saved state
-intact; a reward that is not a number and an env that cannot be filmed end in one line."""
+intact; a reward that is not a number and an env that cannot be filmed end in one line; an env that raises (any
+exception, SystemExit too) or whose async worker dies ends in one line naming the env and the call."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints, read_checkpoint
@@ -76,3 +80,45 @@ def test_video_of_an_env_that_cannot_render_is_one_line_and_leaves_no_folder(tmp
     assert line == ("amago-eval: error: env Faulty-nan_reward cannot render a frame for video.episodes: render() "
                     "raised NotImplementedError")
     assert not list((run / "eval").glob("videos_*")) if (run / "eval").is_dir() else True
+
+
+RAISING = [a for a in FAULTY if not a.startswith(("env.make._target_=", "env.name="))] + [
+    "env.make._target_=faulty_envs.make_raising", "env.name=raising"]
+
+
+@pytest.mark.parametrize("where, error, mode", [("step", "RuntimeError", "sync"), ("reset", "AttributeError", "sync"),
+                                                ("step", "ValueError", "sync"), ("step", "RuntimeError", "async")])
+def test_an_env_that_raises_is_one_line_naming_the_env_and_the_call(tmp_path, where, error, mode):
+    r = amago_cli("train", *RAISING, f"+env.make.where={where}", f"+env.make.error={error}", f"env.mode={mode}",
+                  cwd=tmp_path)
+    line = one_line_error(r, "train")
+    call = "step 3 of its episode" if where == "step" else "reset()"
+    assert line.startswith(f"amago-train: error: env 'Raising-{where}' raised {error} in {call}: the env's own "
+                           f"{error} (faulty_envs.py:"), line
+    assert line.endswith("; fix the env"), line
+
+
+def test_hydra_full_error_shows_the_env_traceback(tmp_path):
+    r = amago_cli("train", *RAISING, "+env.make.error=RuntimeError", cwd=tmp_path, HYDRA_FULL_ERROR="1")
+    assert r.returncode != 0 and "Traceback" in r.stderr and "RuntimeError: the env's own RuntimeError" in r.stderr
+
+
+def test_system_exit_from_an_env_is_an_env_error_and_the_saved_states_stay(tmp_path):
+    """SystemExit(0) from step() is not a finished run: one line, exit 2, and the states saved before intact."""
+    run = tmp_path / "run"
+    r = amago_cli("train", *RAISING, "+env.make.error=SystemExit", "+env.make.bad_step=1", "+env.make.start_after=30",
+                  "trainer.epochs=100", f"hydra.run.dir={run}", cwd=tmp_path)
+    line = one_line_error(r, "train")
+    assert re.fullmatch(r"amago-train: error: env 'Raising-step' raised SystemExit\(0\) in step \d+ of its episode "
+                        r"\(faulty_envs.py:\d+\): an env must not end the process; fix the env", line), line
+    ck = Checkpoints(run)
+    assert ck.saved_epochs()[:3] == [0, 1, 2]
+    for e in ck.saved_epochs():
+        read_checkpoint(ck.state_dir(e) / "main.pt"), read_checkpoint(ck.state_dir(e) / "rank0.pt")
+
+
+def test_an_async_worker_that_dies_is_one_line_naming_the_env_and_its_exit_code(tmp_path):
+    r = amago_cli("train", *RAISING, "+env.make.error=os_exit", "env.mode=async", cwd=tmp_path)
+    line = one_line_error(r, "train")
+    assert line == ("amago-train: error: env 'Raising-step' died in step 3 of its episode: its async worker process "
+                    "ended with exit code 3 (no Python exception); fix the env, or run it with env.mode=sync"), line

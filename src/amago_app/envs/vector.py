@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 
-from amago_app.envs.wrapper import AMAGOEnv, ReportEnvName
+from amago_app.envs.wrapper import AMAGOEnv, EnvError, ReportEnvName
 from amago_app.rundir import OneLineError
 
 ENV_MODES = ("sync", "async", "already_vectorized")
@@ -32,6 +32,10 @@ ENV_MODES = ("sync", "async", "already_vectorized")
 
 class StepTimeout(OneLineError):
     """An env did not return from a step (or reset) within env.step_timeout."""
+
+
+class WorkerTraceback(Exception):
+    """The traceback of an exception raised in an async env worker, as that process printed it."""
 
 
 #: how long an expired step timeout waits for a SIGCONT that arrived with it (see TimeoutSyncVectorEnv)
@@ -132,22 +136,76 @@ class TimeoutAsyncVectorEnv(AsyncVectorEnv):
     def __init__(self, *args, step_timeout: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_timeout = step_timeout
+        # what a worker that dies is reported as: its env's name and the step of its episode
+        self._names = [str(n) for n in self.get_attr("env_name")]
+        self._t = np.zeros(self.num_envs, np.int64)
+
+    def reset(self, *args, **kwargs):
+        try:
+            out = super().reset(*args, **kwargs)
+        except (EOFError, BrokenPipeError, ConnectionResetError) as e:
+            self._abandon()
+            raise self._died("reset()") from e
+        self._t[:] = 0
+        self._note_names(out[1])
+        return out
 
     def step(self, actions):
         self.step_async(actions)
         try:
             if self.step_timeout:
                 self._wait_for_workers()
-            return self.step_wait()
+            out = self.step_wait()
         except (mp.TimeoutError, EOFError, BrokenPipeError, ConnectionResetError) as e:
             self._abandon()
             if isinstance(e, mp.TimeoutError):
                 raise StepTimeout(f"an async env worker did not return from its step within "
                                   f"env.step_timeout={self.step_timeout:g}s; fix the env (or raise env.step_timeout; "
                                   "env.mode=sync names the env and the step)") from e
-            raise RuntimeError(
-                "an async env worker died; check the env, or use env.mode=sync to see its traceback in-process"
-            ) from e
+            raise self._died("step") from e
+        self._t += 1
+        self._t[np.asarray(out[2]) | np.asarray(out[3])] = 0
+        self._note_names(out[4])
+        return out
+
+    def _note_names(self, info: dict) -> None:
+        names, mask = info.get("env_name"), info.get("_env_name")
+        if names is not None:
+            for i in np.flatnonzero(mask if mask is not None else np.ones(self.num_envs, bool)):
+                self._names[i] = str(names[i])
+
+    def _died(self, call: str) -> EnvError:
+        """A worker whose pipe closed without an answer: its process ended outside Python's exception handling
+        (os._exit, a crash in an extension, the OOM killer). Names its env, the call and how the process ended."""
+        deadline = time.monotonic() + 2.0  # (the pipe closes a moment before the process is reaped)
+        while not any(p.exitcode is not None for p in self.processes) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        dead = [i for i, p in enumerate(self.processes) if p.exitcode is not None]
+        if not dead:
+            return EnvError(f"an async env worker stopped answering during {call}; fix the env, or run it with "
+                            "env.mode=sync")
+        i, code = dead[0], self.processes[dead[0]].exitcode
+        how = (f"was killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+               else f"ended with exit code {code}")
+        what = f"step {self._t[i] + 1} of its episode" if call == "step" else call
+        return EnvError(f"env {self._names[i]!r} died in {what}: its async worker process {how} (no Python "
+                        "exception); fix the env, or run it with env.mode=sync")
+
+    def _raise_if_errors(self, successes) -> None:
+        """A worker's exception is raised here as it is (the env's own errors already name the env, wrapper.py),
+        without gymnasium's log lines; the worker's traceback is its cause (HYDRA_FULL_ERROR=1 shows it)."""
+        if all(successes):
+            return
+        errors = []
+        for _ in range(self.num_envs - sum(successes)):
+            index, _, value, trace = self.error_queue.get()
+            self.parent_pipes[index].close()
+            self.parent_pipes[index] = None
+            errors.append((index, value, trace))
+        self._state = AsyncState.DEFAULT
+        _, error, trace = min(errors, key=lambda e: e[0])  # (the first env's, whichever worker answered first)
+        error.__cause__ = WorkerTraceback(trace)
+        raise error
 
     def _wait_for_workers(self) -> None:
         """Returns when every worker answered (or closed its pipe); mp.TimeoutError after `step_timeout` seconds

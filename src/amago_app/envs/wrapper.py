@@ -17,6 +17,8 @@ own within-task soft resets and only report the end of the whole trial. Info key
 from __future__ import annotations
 
 import numbers
+import os
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +29,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from amago_app.data.timestep import LOG_METRIC_PREFIX, Timestep
 from amago_app.envs.spaces import ActionAdapter, ObsAdapter
 from amago_app.envs.state import chain_state, set_chain_state
+from amago_app.rundir import OneLineError
 
 
 def default_env_name(env: gym.Env, fallback: str | None = None) -> str:
@@ -41,6 +44,17 @@ def default_env_name(env: gym.Env, fallback: str | None = None) -> str:
 
 
 _NAN_REMEDY = "fix the env, or set env.nan_to_num=true to replace non-finite values"
+
+
+class EnvError(OneLineError):
+    """An env's own reset() or step() raised (or tried to end the process): the one line names the env, the call
+    and the exception, and where it was raised."""
+
+
+def _raised_where(e: BaseException) -> str:
+    """`file.py:line` of the innermost frame `e` went through (where the env raised it)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
 
 
 class ReportEnvName(gym.Wrapper):
@@ -113,7 +127,7 @@ class ReportEnvName(gym.Wrapper):
         self._t = 0
         self._in_step = False
         ReportEnvName.active = self
-        out = self.env.reset(**kwargs)
+        out = self._call("reset()", self.env.reset, **kwargs)
         if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], dict):
             self._fail(f"{_kind(out)} from reset()", "gymnasium envs return (observation, info)")
         obs, info = out
@@ -124,7 +138,7 @@ class ReportEnvName(gym.Wrapper):
     def step(self, action):
         ReportEnvName.active = self
         self._in_step = True
-        out = self.env.step(action)
+        out = self._call(f"step {self._t + 1} of its episode", self.env.step, action)
         self._in_step = False
         self._t += 1
         if not isinstance(out, tuple) or len(out) != 5:
@@ -140,6 +154,26 @@ class ReportEnvName(gym.Wrapper):
             self._fail(f"info of type {type(info).__name__}", "info must be a dict")
         info["env_name"] = self.env_name
         return obs, reward, terminated, truncated, info
+
+    def _call(self, what: str, call, *args, **kwargs):
+        """The env's own reset/step; whatever it raises (SystemExit too: an env does not end a run that has not
+        saved its state) becomes one line naming the env and the call. Ctrl-C and our own one-line errors (a
+        step timeout fires inside the env's code) pass as they are."""
+        try:
+            return call(*args, **kwargs)
+        except (KeyboardInterrupt, OneLineError):
+            raise
+        except BaseException as e:  # noqa: BLE001 - re-raised as the env's error, the original as its cause
+            try:
+                name = repr(self.env_name)
+            except Exception:  # noqa: BLE001 - an env whose name itself raises is still reported
+                name = type(self.env.unwrapped).__name__
+            if isinstance(e, SystemExit):
+                raise EnvError(f"env {name} raised SystemExit({e.code!r}) in {what}{_raised_where(e)}: an env must "
+                               "not end the process; fix the env") from e
+            text = str(e).strip().splitlines()
+            raise EnvError(f"env {name} raised {type(e).__name__} in {what}{': ' + text[0] if text else ''}"
+                           f"{_raised_where(e)}; fix the env") from e
 
     def _check_reward(self, reward) -> float:
         arr = np.asarray(reward) if isinstance(reward, (numbers.Number, np.ndarray, np.generic)) else None
