@@ -65,7 +65,7 @@ def test_config_targets_outside_amago_app_are_refused(run, tmp_path):
     cfg = OmegaConf.load(crafted / "config.yaml")
     cfg.env.make = {"_target_": "os.system", "command": f"touch {marker}"}
     OmegaConf.save(cfg, crafted / "config.yaml")
-    with pytest.raises(ValueError, match=r"_target_ 'os.system' at env.make, which is not defined in amago_app.*allow_targets=\[os\.\*\]"):
+    with pytest.raises(ValueError, match=r"_target_ 'os.system' at env.make, which is not a component a saved run may build.*allow_targets=\[os\.\*\]"):
         evaluate(crafted, ["episodes=1"])
     with pytest.raises(ValueError, match="_target_ 'os.system'"):
         train(compose_config([f"resume={crafted}"]), tmp_path / "x", overrides=[f"resume={crafted}"])
@@ -88,7 +88,7 @@ def test_targets_reaching_foreign_code_through_amago_app_modules_are_refused(run
         cfg = OmegaConf.load(crafted / "config.yaml")
         cfg.env.make = {"_target_": target, "command": f"touch {marker}"}
         OmegaConf.save(cfg, crafted / "config.yaml")
-        with pytest.raises(ValueError, match=f"_target_ '{target}' at env.make, which is not defined in amago_app"):
+        with pytest.raises(ValueError, match=f"_target_ '{target}' at env.make, which is not a component a saved run may build"):
             evaluate(crafted, ["episodes=1"])
         with pytest.raises(ValueError, match=f"_target_ '{target}'"):
             train(compose_config([f"resume={crafted}"]), tmp_path / "x", overrides=[f"resume={crafted}"])

@@ -11,8 +11,6 @@ import os
 import shlex
 import sys
 import time
-import warnings
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Sequence
 
@@ -20,6 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config.saved import upgrade
+from amago_app.config.trust import check_targets, disarm_opt_ins
 from amago_app.rundir import CONFIG_FILE, HISTORY_FILE, RunDirError, atomic_write_bytes, read_yaml
 
 GROUPS = ("env", "tstep_encoder", "traj_encoder", "agent", "exploration", "buffer", "trainer", "logger",
@@ -217,92 +216,13 @@ def record_command(run_dir: Path, overrides: Sequence[str], resumed_from: Path |
     atomic_write_bytes(Path(run_dir) / HISTORY_FILE, lambda f: f.write(text))
 
 
-TRUSTED_TARGETS = ("amago_app.*",)
-#: config keys that opt into reading files that can run code: honoured only when given on the command line
-OPT_INS = ("allow_pickle",)
-
-
-def _entries(node, path: str = ""):
-    """Every dict entry of a config, depth first, without resolving interpolations: (dict node, key, dotted path)."""
-    if OmegaConf.is_dict(node):
-        for key in list(node.keys()):
-            child_path = f"{path}.{key}" if path else str(key)
-            yield node, key, child_path
-            yield from _entries(node._get_node(key), child_path)
-    elif OmegaConf.is_list(node):
-        for i, item in enumerate(node._iter_ex(resolve=False)):
-            yield from _entries(item, f"{path}[{i}]")
-
-
-def _defined_in_amago_app(target: str) -> bool:
-    """Whether `target` names a public class or function *defined* in amago_app. The dotted path alone is not
-    enough: `amago_app.rundir.os.system` reaches os.system through a module attribute. Locating the object only
-    imports amago_app's own modules."""
-    from hydra._internal.utils import _locate
-
-    try:
-        obj = _locate(target)
-    except Exception:  # noqa: BLE001 - not found: instantiating it would fail anyway, and run nothing
-        return True
-    module = getattr(obj, "__module__", None) or ""
-    return (module == "amago_app" or module.startswith("amago_app.")) and not target.rpartition(".")[2].startswith("_")
-
-
-def check_targets(cfg: DictConfig, allowed: Sequence[str] = (), source: str = "the saved config") -> None:
-    """Refuse `_target_`s outside amago_app and the user's `allowed` patterns in a config read from disk.
-
-    A run directory may come from anywhere; `_target_: os.system` (or `torch.load` of a crafted file) would run
-    code the moment the config is instantiated, so only targets the user vouches for are instantiated: the
-    classes and functions defined in amago_app, and what matches `allowed`.
-    """
-    allowed = [str(p) for p in (allowed or [])]
-
-    def trusted(target: str) -> bool:
-        if any(fnmatchcase(target, p) for p in allowed):
-            return True
-        return any(fnmatchcase(target, p) for p in TRUSTED_TARGETS) and _defined_in_amago_app(target)
-
-    for node, key, path in _entries(cfg):
-        if key != "_target_":
-            continue
-        try:
-            target = str(node[key])  # what instantiate would import (interpolations resolved)
-        except Exception:  # noqa: BLE001 - an unresolvable target is judged by its raw text
-            target = str(node._get_node(key)._value())
-        if not trusted(target):
-            module = target.split(".")[0] if not target.startswith("amago_app.") else target
-            where = path.rpartition(".")[0] or "<root>"
-            raise ValueError(
-                f"{source} has _target_ {target!r} at {where}, which is not defined in amago_app: refused "
-                f"because instantiating it runs code; if you trust it, add "
-                f"allow_targets=[{module}{'.*' if module != target else ''}]"
-            )
-
-
-def disarm_opt_ins(cfg: DictConfig, overrides: Sequence[str], source: str) -> list[str]:
-    """Switch off the saved config's opt-ins to reading code-running files (`buffer.allow_pickle: true`, ...):
-    a run directory from elsewhere must not be able to vouch for its own pickle files. Returns the keys switched
-    off; a key given again on this command line (e.g. `buffer.allow_pickle=true`) is set by the overrides after."""
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
-    disarmed = []
-    for node, key, path in _entries(cfg):
-        if key in OPT_INS and path not in given:
-            value = node._get_node(key)._value()
-            if value is True or str(value).lower() == "true":
-                node[key] = False
-                disarmed.append(path)
-    for key in disarmed:
-        warnings.warn(f"{source} sets {key}=true: not honoured from a saved config (such files can run code); "
-                      f"give {key}=true on the command line if you trust this run's files", stacklevel=2)
-    return disarmed
-
-
 def trusted_run_config(run_dir: str | Path, overrides: Sequence[str] = (), allow_targets: Sequence[str] = ()) -> DictConfig:
-    """The config a saved run uses now (`run_config`), made safe to instantiate: every `_target_` checked
-    (those added by past resumes' overrides included) and the saved opt-ins to pickle files switched off unless
-    this command line repeats them. `overrides` are this command line's (not applied here)."""
+    """The config a saved run uses now (`run_config`), made safe to instantiate (`config/trust.py`): every
+    `_target_` and value checked (those added by past resumes' overrides included) and the saved opt-ins to pickle
+    files switched off unless this command line repeats them. `overrides` are this command line's (not applied
+    here)."""
     source = str(Path(run_dir) / CONFIG_FILE)
     cfg = run_config(run_dir)
-    check_targets(cfg, allow_targets, source=source)
+    check_targets(cfg, allow_targets, source=source, overrides=overrides)
     disarm_opt_ins(cfg, overrides, source=source)
     return cfg
