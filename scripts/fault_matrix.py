@@ -248,6 +248,7 @@ def main() -> None:
         r = run("train", *TINY, f"resume={d}", cwd=work)
         rows.append(("`env.make._target_=os.system` added to `overrides_history.yaml`, `resume=`",
                      f"rc {r.returncode}, marker written: {marker.exists()}: {last_line(r)}"))
+        crafted_configs(rows, work, copy, marker)
         d = copy("foreign")
         np_ = __import__("numpy")
         np_.savez(d / "buffer/fifo/foreign.npz", x=np_.zeros(3))
@@ -293,6 +294,59 @@ def main() -> None:
         hostile(rows, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+#: config.yaml edits that reach code through what a saved run instantiates: (case, YAML that replaces the env's
+#: factory, with {run} and {marker} filled in). Each runs `touch marker` through ckpts/extra.pt (a pickle) or a
+#: module shipped with the run, if anything lets it through.
+LOAD_EXTRA = ("[env.make._target_=torch.load, '+env.make.f={run}/ckpts/extra.pt', "
+              "+env.make.weights_only=false]")
+CRAFTED_FACTORIES = [
+    ("`_target_: amago_app.api.train`, `_partial_`, overrides that load a pickle",
+     "{{_target_: amago_app.api.train, _partial_: true, overrides: " + LOAD_EXTRA + "}}"),
+    ("`_target_: amago_app.api.train`, `_partial_`, no overrides", "{{_target_: amago_app.api.train, _partial_: true}}"),
+    ("`_target_: amago_app.api.evaluate` (**kwargs)", "{{_target_: amago_app.api.evaluate, _partial_: true, run: {run}}}"),
+    ("`_target_: torch.load` with `_args_`", "{{_target_: torch.load, _args_: ['{run}/ckpts/extra.pt'], weights_only: false}}"),
+    ("a `torch.load` config inside a list argument",
+     "{{_target_: amago_app.envs.builtin.tmaze.TMazePassive, extra: [1, {{_target_: torch.load, "
+     "f: '{run}/ckpts/extra.pt', weights_only: false}}]}}"),
+    ("override strings among an env's values",
+     "{{_target_: amago_app.envs.builtin.tmaze.TMazePassive, notes: " + LOAD_EXTRA + "}}"),
+    ("`${oc.decode:...}` that spells `_target_` only once resolved",
+     "\"${{oc.decode:'{{_tar${{gap}}get_: torch.load, f: {run}/ckpts/extra.pt, weights_only: false}}'}}\""),
+    ("gymnasium id `module:Env` with the module shipped in the run",
+     "{{_target_: amago_app.envs.gym_env.make_gym_env, id: 'pwn_module:Pwn-v0'}}"),
+]
+
+
+def crafted_configs(rows, work: Path, copy, marker: Path) -> None:
+    """The saved-run trust boundary: each crafted factory through `amago-eval` and `resume=`, run from inside the
+    crafted directory (where a user who downloaded it would stand, and where Python finds its modules)."""
+    import re
+
+    import torch
+
+    for i, (case, factory) in enumerate(CRAFTED_FACTORIES):
+        d = copy(f"crafted-{i}")
+        torch.save({"x": PicklePayload(marker)}, d / "ckpts/extra.pt")
+        (d / "pwn_module.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+        text = (d / "config.yaml").read_text()
+        text = re.sub(r"(?m)^  make:\n(    .*\n)+", "  make: " + factory.format(run=d, marker=marker) + "\n", text)
+        (d / "config.yaml").write_text("gap: ''\n" + text)
+        for tool, args in (("eval", [str(d), "episodes=2"]), ("train", [f"resume={d}"])):
+            r = run(tool, *args, cwd=d)
+            rows.append((f"{case}, `amago-{tool}`", f"rc {r.returncode}, marker written: {marker.exists()}: "
+                                                    f"{last_line(r)}"))
+
+
+class PicklePayload:
+    """Unpickling this runs `touch marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
 
 
 def files_of(directory: Path) -> dict[str, tuple[int, int]]:
