@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import distributions as D
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from amago_app.nets.common import symexp, symlog
 from amago_app.nets.heads.actor import Actor, ResidualActor
@@ -512,7 +514,7 @@ def test_action_critic_matches_naive_concat_mlp(kind):
 def naive_critic_float64(critic, s, a=None):
     """Every member, gamma and action sample as its own float64 MLP on the concatenated input (the definition the
     batched ensemble implements): (K, B, L, C, G, out), K = 1 for a state-only (discrete) critic."""
-    act = torch.nn.LeakyReLU(0.01)
+    act = critic.act  # the module's own call, never in place
     s = s.double()
     gf = gamma_features(GAMMAS).double()
     K = 1 if a is None else a.shape[0]
@@ -564,10 +566,109 @@ def test_critic_values_and_gradients_match_a_float64_naive_ensemble(kind, normal
     grads = torch.autograd.grad((out * weights).sum(), [s, *critic.parameters()])
     ref = naive_critic_float64(critic, s, a)
     ref_grads = torch.autograd.grad((ref * weights.double()).sum(), [s, *critic.parameters()])
-    tol = dict(rtol=1e-5, atol=1e-6) if normalization is None else dict(rtol=1e-4, atol=1e-5)  # 1 / std scales
-    torch.testing.assert_close(out.double(), ref, **tol)
+    rtol, scale = (1e-5, 1e-6) if normalization is None else (1e-4, 1e-5)  # 1 / std scales
+    assert_close_to_scale(out, ref, rtol, scale)
     for g, r in zip(grads, ref_grads):
-        torch.testing.assert_close(g.double(), r.double(), **tol)
+        assert_close_to_scale(g, r, rtol, scale)
+
+
+def assert_close_to_scale(got: torch.Tensor, ref: torch.Tensor, rtol: float, scale: float) -> None:
+    """float32 against float64: relative `rtol`, and an absolute error up to `scale` times the largest |ref|. A
+    gradient entry is a sum of terms as large as the largest entries, so its float32 rounding follows their size,
+    not its own (an entry near 0 after cancellation is off by a few ulps of its terms)."""
+    ref = ref.double()
+    torch.testing.assert_close(got.double(), ref, rtol=rtol, atol=scale * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("activation", ["leaky_relu", "relu", "gelu"])
+@pytest.mark.parametrize("actions", ["per_gamma", "shared_over_gammas", "state_only"])
+@pytest.mark.parametrize("kind", ["continuous", "twohot"])
+def test_critic_pass_and_its_input_gradients_match_a_float64_reference(kind, actions, activation):
+    """Every path through the critic against the float64 MLP of the concatenated input, for random weights: values,
+    gradients of the state, the actions and every parameter; and with `detach_params` (the actor's pass, on the
+    policy's actions) the gradients of the state and the actions alone, no parameter's. `shared_over_gammas` is
+    the critic loss's layout (the buffer's action expanded over the gammas, stride 0); `state_only` is the
+    discrete layout (Q(s, .) from the state alone)."""
+    torch.manual_seed(3)
+    kw = dict(num_critics=4, d_hidden=16, n_layers=2, activation=activation)
+    if actions == "state_only" and kind == "continuous":
+        critic = NCritics(6, A, True, GAMMAS, **kw)
+    elif actions == "state_only":
+        critic = NCriticsTwoHot(6, A, True, GAMMAS, min_return=-10.0, max_return=10.0, output_bins=16, **kw)
+    else:
+        critic = make_critic(kind, C=4, d_hidden=16, n_layers=2, activation=activation)
+    with torch.no_grad():  # random weights, not the initialisation's scales
+        for p in critic.parameters():
+            p.normal_(0.0, 0.5)
+    s = torch.randn(3, 5, 6, requires_grad=True)
+    a = {"per_gamma": lambda: torch.rand(2, 3, 5, len(GAMMAS), A) * 2 - 1,
+         "shared_over_gammas": lambda: (torch.rand(1, 3, 5, 1, A) * 2 - 1), "state_only": lambda: None}[actions]()
+    inputs = [s] if a is None else [s, a.requires_grad_(True)]
+    a_in = None if a is None else a.expand(-1, -1, -1, len(GAMMAS), -1)
+    ref = naive_critic_float64(critic, s, a_in)
+    for detach_params in (False, True):
+        out = critic(s, detach_params=detach_params) if a is None else critic(s, a_in, detach_params=detach_params)
+        out = out.flatten(4).unsqueeze(0) if a is None else out  # per-action two-hot: (G, n, bins) -> G, n * bins
+        weights = torch.randn_like(out)
+        wrt = inputs if detach_params else inputs + list(critic.parameters())
+        grads = torch.autograd.grad((out * weights).sum(), wrt, retain_graph=True)
+        ref_grads = torch.autograd.grad((ref * weights.double()).sum(), wrt, retain_graph=True)
+        assert_close_to_scale(out, ref, 1e-5, 1e-6)
+        for g, r in zip(grads, ref_grads):
+            assert_close_to_scale(g, r, 1e-5, 1e-6)
+        if detach_params:
+            (out * weights).sum().backward()
+            assert all(p.grad is None for p in critic.parameters())
+
+
+class _NewRowSizedTensors(TorchDispatchMode):
+    """Records the ops that create a tensor of at least `numel` elements (an in-place result is not new)."""
+
+    def __init__(self, numel: int):
+        super().__init__()
+        self.numel, self.ops = numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        inputs = {t.untyped_storage().data_ptr() for t in tensors}
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.numel() >= self.numel and t.untyped_storage().data_ptr() not in inputs:
+                self.ops.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("n_layers", [1, 2, 3])
+def test_an_action_critic_pass_makes_one_row_sized_tensor_per_layer(n_layers):
+    """The activations of the K*B*L*G rows are the largest tensors of a continuous update, and on a CPU much of their
+    cost is writing (and first touching) them: the forward makes one per layer (the first layer's state, gamma and
+    action parts are summed into its GEMM's output, the activation runs in place), the backward two per layer (the
+    activation's and the GEMM's input gradients), and nothing is copied."""
+    C, H, K, B, L = 4, 16, 2, 3, 5
+    critic = NCritics(6, A, False, GAMMAS, num_critics=C, d_hidden=H, n_layers=n_layers)
+    s = torch.randn(B, L, 6, requires_grad=True)
+    a = (torch.rand(K, B, L, len(GAMMAS), A) * 2 - 1).requires_grad_(True)
+    rows = C * K * B * L * len(GAMMAS)
+    with _NewRowSizedTensors(rows * H) as forward:
+        out = critic(s, a)
+    with _NewRowSizedTensors(rows * H) as backward:
+        out.sum().backward()
+    assert len(forward.ops) == n_layers, forward.ops
+    assert len(backward.ops) == 2 * n_layers, backward.ops
+
+
+@pytest.mark.parametrize("kind", ["discrete", "continuous", "twohot"])
+def test_critic_checkpoints_keep_their_keys_and_shapes(kind):
+    """A saved critic loads into this one: the same parameter names and shapes (the first layer stored split by
+    input block, every parameter member-first)."""
+    critic = make_critic(kind, C=4, d_hidden=8, n_layers=2)
+    shapes = {k: tuple(v.shape) for k, v in critic.state_dict().items()}
+    first = {"w_state": (4, 6, 8), "b_first": (4, 1, 8)}
+    if kind != "discrete":
+        first |= {"w_gamma": (4, 1, 8), "w_action": (4, A, 8)}
+    d_out = {"discrete": len(GAMMAS) * A, "continuous": 1, "twohot": 16}[kind]
+    assert shapes == first | {"hidden.0.weight": (4, 8, 8), "hidden.0.bias": (4, 1, 8),
+                              "out.weight": (4, 8, d_out), "out.bias": (4, 1, d_out)}
 
 
 @pytest.mark.parametrize("kind", ["discrete", "continuous"])

@@ -348,12 +348,14 @@ class Agent(BaseAgent):
         if self.discrete:
             q_all = self._discrete_q_table(self.critics, s)  # Q(s, .): one pass serves both terms
             q_data = NCritics.value_of(q_all[:, :-1], a_crit[:, :-1])  # (B, T, C, G, 1)
-            q_pi = NCritics.value_of(q_all.detach(), dist.probs)  # exact V(s) under pi, grad -> actor
+            q_pi = NCritics.value_of(q_all[:, :-1].detach(), dist.probs[:, :-1])  # exact V(s) under pi, grad -> actor
         else:
             q_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, 1)
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
                 a_pi = dist.rsample((self.k_actor,)) if self.online_coeff > 0 else dist.sample((self.k_actor,))
-                q_pi = self.critics(s.detach(), a_pi, detach_params=True).mean(0)  # (B, T+1, C, G, 1)
+                # drawn for every timestep (the same random stream as always), valued where a transition starts:
+                # the last state's value is never used, and the critic pass is the update's largest
+                q_pi = self.critics(s[:, :-1].detach(), a_pi[:, :, :-1], detach_params=True).mean(0)  # (B, T, C, G, 1)
         with torch.no_grad():
             s_next = s[:, 1:].detach()
             actor_next = self.target_actor if self.use_target_actor else self.actor
@@ -370,9 +372,9 @@ class Agent(BaseAgent):
         td = self.popart(q_data) - y_norm.unsqueeze(2)  # (B, T, C, G, 1)
         online = None
         if self.online_coeff > 0:
-            online = -self.online_coeff * self.popart(q_pi[:, :-1].min(2).values)
+            online = -self.online_coeff * self.popart(q_pi.min(2).values)
         with torch.no_grad():
-            adv = q_data.mean(2) - q_pi[:, :-1].mean(2)
+            adv = q_data.mean(2) - q_pi.mean(2)
             q_raw = self.popart.denormalize(q_data) if log_step else None
         return CriticTerms(loss=masked_mean(td.square(), mask_g.unsqueeze(2)), online=online, advantage=adv,
                            q_raw=q_raw, y=y)

@@ -2,7 +2,11 @@
 
 Action-conditioned critics see [state, gamma feature, action] for every (action sample k, gamma g). Their
 first layer is split by input block, W1 [s; g; a] = W_s s + W_g g + W_a a, so the state part (the widest
-input) is multiplied once instead of K*G times; the result is identical to concatenating the inputs.
+input) is multiplied once instead of K*G times; the result is identical to concatenating the inputs. The
+gamma and action blocks are one small GEMM, [a, onehot(g)] @ [W_a; W_g g_feat], written straight into the
+pre-activation, and the state part is added in place: every layer then makes one pass over the K*G*B*L rows
+(the largest activations of a continuous update) and the ReLU-family activations run in place, so the rows
+are neither broadcast-added twice nor copied.
 
 * `NCritics` (the Agent's critic): scalar outputs. For discrete actions it sees the state only and outputs
   Q(s, .) for every gamma; the value of an action vector is its dot product with Q(s, .), so feeding the
@@ -113,10 +117,20 @@ class _CriticEnsemble(nn.Module):
 
     def _trunk(self, h: torch.Tensor, detach_params: bool) -> torch.Tensor:
         """h (C, N, d_hidden) after the first layer's pre-activation -> (C, N, d_out)."""
-        h = self.drop(self.act(self._norm(h, 0, detach_params)))
+        h = self.drop(self._activate(self._norm(h, 0, detach_params)))
         for i, layer in enumerate(self.hidden, start=1):
-            h = self.drop(self.act(self._norm(layer(h, detach_params), i, detach_params)))
+            h = self.drop(self._activate(self._norm(layer(h, detach_params), i, detach_params)))
         return self.out(h, detach_params)
+
+    def _activate(self, h: torch.Tensor) -> torch.Tensor:
+        """The activation, in place where that is exact: h is a fresh pre-activation no backward reads (GEMM and
+        add backwards keep their inputs, not their output), and the (leaky) ReLU's backward needs only the sign
+        of its output. Saves allocating and faulting in a tensor as large as h per layer."""
+        if type(self.act) is nn.LeakyReLU and self.act.negative_slope > 0:
+            return F.leaky_relu_(h, self.act.negative_slope)
+        if type(self.act) is nn.ReLU:
+            return torch.relu_(h)
+        return self.act(h)
 
     def _norm(self, h: torch.Tensor, i: int, detach_params: bool) -> torch.Tensor:
         """Hidden layer i's pre-activation (C, N, H), layer-normalized per critic when `normalization="layer"`."""
@@ -141,14 +155,46 @@ class _CriticEnsemble(nn.Module):
         c = self.num_critics
         if actions.ndim != 5 or actions.shape[1:3] != (b, l) or actions.shape[3] != self.num_gammas:
             raise ValueError(f"actions must be (K, {b}, {l}, {self.num_gammas}, A), got {tuple(actions.shape)}")
-        k, g = actions.shape[0], actions.shape[3]
-        s = self._state_part(state, detach_params)
-        a = actions.clamp(-0.999, 0.999).to(state.dtype)
-        a_part = torch.einsum("kblga,cah->ckblgh", a, self._p(self.w_action, detach_params))
-        g_part = self.gamma_feats.to(state.dtype) @ self._p(self.w_gamma, detach_params)  # (C, G, H)
-        h = a_part + s.view(c, 1, b, l, 1, -1) + g_part.view(c, 1, 1, 1, g, -1)
-        out = self._trunk(h.reshape(c, k * b * l * g, -1), detach_params)  # (C, K*B*L*G, d_out)
+        k, g, a_dim = actions.shape[0], actions.shape[3], actions.shape[4]
+        s = self._state_part(state, detach_params)  # (C, B*L, H), bias included
+        dtype = s.dtype
+        # the rows' [action, one-hot gamma] (K*B*L*G, A + G), shared by every member
+        a = actions.clamp(-0.999, 0.999).to(dtype).reshape(k * b * l, g, a_dim)
+        onehot = torch.eye(g, dtype=dtype, device=a.device).expand(k * b * l, g, g)
+        x = torch.cat([a, onehot], -1).view(1, k * b * l * g, a_dim + g).expand(c, -1, -1)
+        g_part = self.gamma_feats @ self._p(self.w_gamma, detach_params)  # (C, G, H)
+        w = torch.cat([self._p(self.w_action, detach_params), g_part], 1).to(dtype)  # (C, A + G, H)
+        h = _RowsPlusState.apply(x, w, s, k, g)  # (C, K*B*L*G, H)
+        out = self._trunk(h, detach_params)  # (C, K*B*L*G, d_out)
         return out.view(c, k, b, l, g, -1).permute(1, 2, 3, 0, 4, 5)
+
+
+class _RowsPlusState(torch.autograd.Function):
+    """The first layer's pre-activation of every row (k, bl, g): x @ w + s, i.e. [a, onehot(g)] @ [W_a; W_g g_feat]
+    plus the state part s (C, B*L, H) of row bl (bias included), (C, K*B*L*G, H).
+
+    The GEMM writes the output and the state part is added into it in place, one pass each over the largest
+    tensor of the update. As plain autograd ops the in-place add would be one on a view of the GEMM's output,
+    whose backward copies the whole gradient three times; here the backward is written out: ds sums the rows'
+    gradient over (k, g), dx and dw are the GEMM's."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, k: int, g: int) -> torch.Tensor:
+        c, bl, h = s.shape
+        out = torch.bmm(x, w)
+        out.view(c, k, bl, g, h).add_(s.view(c, 1, bl, 1, h))
+        ctx.save_for_backward(x, w)
+        ctx.k, ctx.g = k, g
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, w = ctx.saved_tensors
+        c, _, h = grad.shape
+        dx = torch.bmm(grad, w.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        dw = torch.bmm(x.transpose(1, 2), grad) if ctx.needs_input_grad[1] else None
+        ds = grad.view(c, ctx.k, -1, ctx.g, h).sum((1, 3)) if ctx.needs_input_grad[2] else None
+        return dx, dw, ds, None, None
 
 
 class NCritics(_CriticEnsemble):
