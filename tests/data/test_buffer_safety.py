@@ -135,3 +135,124 @@ def test_stale_temp_files_of_killed_writers_are_removed_by_the_trimming_owner(tm
     assert other.on_end_of_collection(0) == {"Files Deleted": 0}
     assert not stale.exists() and fresh.exists()  # a write in progress (of any run sharing the buffer) is kept
     buf.close()
+
+
+def _wait4_train(*args, cwd: Path, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+    """`amago-train args...` as `amago_cli` runs it, plus the peak resident memory (MB) of that one process."""
+    import signal
+    import threading
+
+    from conftest import TESTS_DIR
+
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS_DIR))
+    proc = subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda k=k, f=f: out.__setitem__(k, f.read()))
+               for k, f in (("stdout", proc.stdout), ("stderr", proc.stderr))]
+    for t in readers:
+        t.start()
+    timer = threading.Timer(timeout, proc.send_signal, (signal.SIGKILL,))
+    timer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    timer.cancel()
+    for t in readers:
+        t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out["stdout"], out["stderr"])
+    return r, usage.ru_maxrss / 1024
+
+
+def _not_regular_files(run: Path, scratch: Path) -> list[Path]:
+    """A FIFO, a symlink to a FIFO, a unix socket, a symlink to a character device and a directory, all named
+    like trajectory files, in the run's buffer."""
+    import socket
+
+    fifo, protected = run / "buffer" / "fifo", run / "buffer" / "protected"
+    made = [fifo / "TMazePassive-H3_x-000000001_1.0.npz", protected / "linked_x_1.0.npz", protected / "sock_x_1.0.npz",
+            fifo / "zero_x_1.0.npz", protected / "dir_x_1.0.traj"]
+    os.mkfifo(made[0])
+    os.mkfifo(scratch / "elsewhere")
+    os.symlink(scratch / "elsewhere", made[1])
+    with socket.socket(socket.AF_UNIX) as s:  # bound in a short directory (socket paths are limited to ~100 bytes)
+        s.bind(str(scratch / "s"))
+    os.replace(scratch / "s", made[2])
+    os.symlink("/dev/zero", made[3])
+    made[4].mkdir()
+    return made
+
+
+def test_fifos_sockets_devices_and_directories_in_the_buffer_are_skipped_and_counted(saved_run, tmp_path):
+    """The reported hang: a FIFO named `*.npz` in buffer/fifo/ blocked training forever on open()."""
+    import tempfile
+
+    from amago_app.logging.metrics import read_jsonl
+    from conftest import amago_cli, copy_run
+
+    run = copy_run(saved_run, tmp_path / "run")
+    with tempfile.TemporaryDirectory(prefix="amg") as scratch:
+        made = _not_regular_files(run, Path(scratch))
+        r = amago_cli("train", f"resume={run}", "trainer.epochs=4", "trainer.val_interval=null", cwd=tmp_path,
+                      timeout=90)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = (run / "train.log").read_text()
+    for path in made:
+        assert f"skipping trajectory file {path}: it is a" in log and "not a regular file" in log, path
+    rows = read_jsonl(run / "metrics" / "buffer.jsonl")
+    assert [row["epoch"] for row in rows] == [0, 1, 2, 3]
+    assert rows[-1]["buffer/Skipped Files"] == len(made)
+
+
+def test_a_compressed_npz_is_checked_from_its_headers_before_it_is_decompressed(saved_run, tmp_path):
+    """An 800 MB array in a compressed `.npz` of under a megabyte: refused from the sizes in its headers, named,
+    counted, never decoded (the process's peak memory stays near a normal run's)."""
+    from amago_app.logging.metrics import read_jsonl
+    from conftest import copy_run
+
+    run = copy_run(saved_run, tmp_path / "run")
+    files = sorted((run / "buffer" / "fifo").glob("*.npz"))
+    bomb = files[0]
+    arrays = dict(np.load(bomb))
+    key = next(k for k in arrays if k.startswith("_OBS_KEY_"))
+    arrays[key] = np.zeros((len(arrays[key]), 50_000_000), np.float32)  # 800 MB of zeros
+    np.savez_compressed(bomb, **arrays)
+    assert bomb.stat().st_size < 2**20
+    for path in files[3:]:  # the bomb and two good files: the bomb is drawn at once
+        path.unlink()
+    r, peak_mb = _wait4_train(f"resume={run}", "trainer.epochs=3", "trainer.start_collecting_at_epoch=100",
+                              "trainer.val_interval=null", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert peak_mb < 700, peak_mb  # a normal tiny run peaks near 370 MB; decoding the array alone takes 800
+    log = (run / "train.log").read_text()
+    assert f"skipping trajectory file {bomb}: it does not fit this run (obs['observation'] has steps of shape " \
+           "(50000000,), the run's are (2,))" in log
+    assert read_jsonl(run / "metrics" / "buffer.jsonl")[-1]["buffer/Skipped Files"] == 1
+
+
+def test_a_file_larger_than_max_file_gb_is_refused_before_decoding(tmp_path, caplog):
+    """Shapes that fit the run but a length beyond `max_file_gb`: refused from the headers (numpy would allocate
+    the whole array before reading a byte of it)."""
+    import tracemalloc
+
+    from amago_app.data.timestep import TrajectorySpec
+
+    buf = DiskBuffer(tmp_path, "b", max_file_gb=0.05)
+    buf.expect(TrajectorySpec(obs={"observation": ((2,), "<f4")}, action_dim=3))
+    good = save_trajectory(random_trajectory(5), buf.fifo_dir, "env", writer_id="w-0")
+    long = random_trajectory(2_000_000, seed=1)  # ~110 MB decoded
+    big = save_trajectory(long, buf.fifo_dir, "env", fmt="npz-compressed", writer_id="w-1")
+    del long
+    buf.refresh()
+    rng = np.random.default_rng(0)
+    tracemalloc.start()
+    try:
+        for _ in range(20):
+            assert len(buf.sample_random_trajectory(rng)) == 5
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * 2**20, peak
+    assert f"skipping trajectory file {big}" in caplog.text and "buffer.max_file_gb=0.05" in caplog.text
+    assert buf.stats()["Skipped Files"] == 1 and str(good) not in caplog.text
+    buf.close()

@@ -94,3 +94,23 @@ def test_a_resume_that_changes_the_architecture_names_the_keys(saved_run, tmp_pa
     line = one_line_error(amago_cli("train", f"resume={run}", "env.parallel_actors=3", cwd=tmp_path), "train")
     assert "(env.parallel_actors: 2 -> 3)" in line
     assert Checkpoints(run).saved_epochs() == [0, 1]
+
+
+def test_the_skipped_count_equals_the_files_named(saved_run, tmp_path):
+    """`buffer/Skipped Files` counts every file the run named as skipped, those found by the epoch's updates too
+    (the row used to be logged before the updates: 2 counted of 5 named)."""
+    import re
+
+    run = copy_run(saved_run, tmp_path / "run")
+    files = sorted(glob.glob(str(run / "buffer" / "fifo" / "*.npz")))
+    for path, how in zip(files, ("obs shape", "string actions", "lengths", "nan rewards")):
+        _corrupt(path, how)
+    np.savez(files[4], weights=np.zeros(3))  # a foreign npz
+    log_before = (run / "train.log").read_text()
+    r = amago_cli("train", f"resume={run}", "trainer.epochs=3", "trainer.start_collecting_at_epoch=100",
+                  "trainer.train_batches_per_epoch=10", "trainer.val_interval=null", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = (run / "train.log").read_text()[len(log_before):]
+    named = set(re.findall(r"skipping trajectory file (\S+?):? ", log))
+    assert named == set(files[:5])
+    assert read_jsonl(run / "metrics" / "buffer.jsonl")[-1]["buffer/Skipped Files"] == len(named)

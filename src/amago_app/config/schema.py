@@ -438,6 +438,9 @@ class BufferConfig:
     """Callable applied to each loaded trajectory (e.g. hindsight relabeling); null = none."""
     cache_gb: float = 2.0
     """RAM for decoded trajectory files (each file is decoded once, not once per sample)."""
+    max_file_gb: float = 4.0
+    """Largest decoded size of one trajectory file; a larger `.npz` is skipped, named and counted from the sizes in
+    its headers, before anything is decompressed."""
     traj_save_len: Optional[int] = "${env.traj_save_len}"  # type: ignore[assignment]
     """Split rollouts into files of this many timesteps (null = whole episodes)."""
     stagger_traj_file_lengths: bool = True

@@ -22,8 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from amago_app.data.files import (TRAJ_EXTENSIONS, PickleNotAllowed, load_trajectory, timestamp_of,
-                                  trajectory_length)
+from amago_app.data.files import (MAX_FILE_GB, TRAJ_EXTENSIONS, PickleNotAllowed, file_kind, load_trajectory,
+                                  timestamp_of, trajectory_length)
 from amago_app.rundir import RunDirError
 from amago_app.data.timestep import BadTrajectory, Trajectory, TrajectorySpec
 
@@ -124,8 +124,10 @@ class DiskBuffer(Buffer):
     held until it exits, so ownership passes to another run when the owner dies). Readers drop files that
     vanished under them and move on; sampling fails only when the directory holds no readable file at all.
     Files that are not trajectories of this run (truncated, foreign `.npz` without the trajectory arrays, arrays
-    whose shapes, dtypes or lengths do not fit the run's spaces, NaN or inf values) are skipped with one warning
-    each naming the file and counted (`Skipped Files`); FIFO files whose names carry no timestamp are never
+    whose shapes, dtypes or lengths do not fit the run's spaces or that decode to more than `max_file_gb`, NaN or
+    inf values) and paths that are not regular files (FIFOs, sockets, devices, directories, also behind a
+    symlink: never opened) are skipped with one warning each naming the file and counted (`Skipped Files`; a
+    `.npz` is judged by its headers before it is decompressed, see data/files.py); FIFO files whose names carry no timestamp are never
     trimmed (warned once, counted as `Misnamed FIFO Files`). Pickle-based `.traj` files are read only with
     `allow_pickle=True`.
     """
@@ -140,9 +142,13 @@ class DiskBuffer(Buffer):
         cache_gb: float = 2.0,
         read_only: bool = False,
         allow_pickle: bool = False,
+        max_file_gb: float = MAX_FILE_GB,
     ):
         if max_size < 1:
             raise ValueError(f"buffer max_size must be >= 1, got {max_size}")
+        if not (isinstance(max_file_gb, (int, float)) and 0 < max_file_gb < float("inf")):
+            raise ValueError(f"buffer.max_file_gb={max_file_gb!r} must be a positive number of GB (the largest "
+                             "decoded trajectory file read)")
         self.dir = Path(root) / name / "buffer"
         self.fifo_dir = self.dir / "fifo"
         self.protected_dir = self.dir / "protected"
@@ -159,6 +165,7 @@ class DiskBuffer(Buffer):
         self.min_size = int(min_size)
         self.relabeler = relabeler
         self.allow_pickle = bool(allow_pickle)
+        self.max_file_bytes = int(max_file_gb * 2**30)
         self.has_edit_rights = True
         self.spec: TrajectorySpec | None = None
         self._skipped: set[str] = set()  # unreadable or foreign files (warned once each)
@@ -174,15 +181,46 @@ class DiskBuffer(Buffer):
 
     # --- file index ---------------------------------------------------------------------------------
     @staticmethod
-    def _list(directory: Path) -> list[str]:
+    def _entries(directory: Path) -> list[os.DirEntry]:
         if not directory.is_dir():
             return []
-        return sorted(
-            str(directory / f) for f in os.listdir(directory) if f.endswith(TRAJ_EXTENSIONS) and not f.startswith(".")
-        )
+        with os.scandir(directory) as entries:
+            return [e for e in entries if e.name.endswith(TRAJ_EXTENSIONS) and not e.name.startswith(".")]
+
+    @classmethod
+    def _list(cls, directory: Path) -> list[str]:
+        return sorted(e.path for e in cls._entries(directory))
+
+    def _regular_files(self, directory: Path) -> list[str]:
+        """The trajectory files of `directory` that are regular files; any other path named like one is skipped
+        and counted here, without being opened."""
+        regular = []
+        for entry in self._entries(directory):
+            try:
+                is_file = entry.is_file()  # the directory entry's type; a stat only through a symlink
+            except OSError:
+                is_file = False
+            if is_file:
+                regular.append(entry.path)
+            elif entry.path not in self._skipped:
+                try:
+                    kind = file_kind(os.stat(entry.path).st_mode)
+                except FileNotFoundError:  # vanished since the listing, or a symlink to nothing
+                    kind = "symlink to nothing" if os.path.islink(entry.path) else None
+                except OSError as e:
+                    kind = f"path that cannot be examined ({e.strerror})"
+                if kind is not None:
+                    self._skip(entry.path, f"it is a {kind}, not a regular file")
+        return sorted(regular)
+
+    def _skip(self, path: str, why: str) -> None:
+        """Never sample `path` again in this process; named once in the log and counted in `Skipped Files`."""
+        if path not in self._skipped:
+            log.warning("skipping trajectory file %s: %s", path, why)
+            self._skipped.add(path)
 
     def refresh(self) -> None:
-        fifo, protected = self._list(self.fifo_dir), self._list(self.protected_dir)
+        fifo, protected = self._regular_files(self.fifo_dir), self._regular_files(self.protected_dir)
         with self._lock:
             self.fifo_files, self.protected_files = fifo, protected
             self._all_files = [p for p in fifo + protected if p not in self._skipped]
@@ -306,7 +344,7 @@ class DiskBuffer(Buffer):
             if traj is not None:
                 self._cache.move_to_end(path)
                 return traj
-        traj = load_trajectory(path, allow_pickle=self.allow_pickle)
+        traj = load_trajectory(path, allow_pickle=self.allow_pickle, spec=self.spec, max_bytes=self.max_file_bytes)
         if self.spec is not None:
             self.spec.check(traj)
         size = _nbytes(traj)
@@ -372,12 +410,10 @@ class DiskBuffer(Buffer):
             except PickleNotAllowed:
                 raise
             except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as e:
-                if path not in self._skipped:
-                    if isinstance(e, BadTrajectory) and e.non_finite:  # corrupt data: said loudly, not only logged
-                        warnings.warn(f"skipping trajectory file {path}: {e}", stacklevel=2)
-                    what = "does not fit this run" if isinstance(e, BadTrajectory) else "is unreadable"
-                    log.warning("skipping trajectory file %s: it %s (%s)", path, what, e)
-                    self._skipped.add(path)
+                if path not in self._skipped and isinstance(e, BadTrajectory) and e.non_finite:
+                    warnings.warn(f"skipping trajectory file {path}: {e}", stacklevel=2)  # corrupt data: said loudly
+                what = "does not fit this run" if isinstance(e, BadTrajectory) else "is unreadable"
+                self._skip(path, f"it {what} ({e})")
                 self._drop(path)
                 continue
             return self.relabeler(traj) if self.relabeler is not None else traj

@@ -198,9 +198,16 @@ class TrajectorySpec:
     def check(self, traj: "Trajectory") -> None:
         """Raise BadTrajectory naming the first problem: arrays that are not numbers, observation keys, shapes or
         dtypes other than the run's, lengths that do not fit together, NaN or inf values."""
-        fields_ = {f"obs[{k!r}]": v for k, v in traj.obs.items()}
-        fields_.update(rl2s=traj.rl2s, time_idxs=traj.time_idxs, rews=traj.rews, dones=traj.dones,
-                       actions=traj.actions)
+        self.check_layout(traj)
+        for name, arr in _fields(traj).items():
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise BadTrajectory(f"{name} holds non-finite values ({arr[~np.isfinite(arr)].reshape(-1)[0]})",
+                                    non_finite=True)
+
+    def check_layout(self, traj: "Trajectory") -> None:
+        """`check` without looking at a value: dtypes, keys, shapes and lengths only (so it also judges a file from
+        its headers, before its arrays are read)."""
+        fields_ = _fields(traj)
         for name, arr in fields_.items():
             if arr.dtype.kind not in "biuf":
                 raise BadTrajectory(f"{name} has dtype {arr.dtype}, not numbers")
@@ -225,10 +232,12 @@ class TrajectorySpec:
             raise BadTrajectory(str(e)) from None
         if traj.actions.shape[1] != self.action_dim:
             raise BadTrajectory(f"actions have {traj.actions.shape[1]} dimensions, the run's have {self.action_dim}")
-        for name, arr in fields_.items():
-            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                raise BadTrajectory(f"{name} holds non-finite values ({arr[~np.isfinite(arr)].reshape(-1)[0]})",
-                                    non_finite=True)
+
+
+def _fields(traj: "Trajectory") -> dict[str, np.ndarray]:
+    out = {f"obs[{k!r}]": v for k, v in traj.obs.items()}
+    out.update(rl2s=traj.rl2s, time_idxs=traj.time_idxs, rews=traj.rews, dones=traj.dones, actions=traj.actions)
+    return out
 
 
 @dataclass

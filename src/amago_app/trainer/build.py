@@ -45,7 +45,7 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
         raise ValueError("buffer.save_trajs_as=traj writes pickle files the run must read back: add "
                          "buffer.allow_pickle=true (only for a buffer you trust) or use npz")
     return DiskBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler, cache_gb=b.cache_gb,
-                      allow_pickle=b.allow_pickle)
+                      allow_pickle=b.allow_pickle, max_file_gb=b.max_file_gb)
 
 
 def trajectory_spec(envs: AMAGOEnv) -> TrajectorySpec:

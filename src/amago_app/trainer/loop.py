@@ -104,6 +104,7 @@ class Trainer:
         self._val_episodes = 0
         self._last_loss: float | None = None  # of the last logged update (the console's epoch line)
         self._last_val: float | None = None
+        self._housekeeping: dict[str, float] = {}  # the last store()'s, logged with the epoch's buffer row
 
         self.ckpts = Checkpoints(self.run_dir)
         # mode=collect may follow another run's weights (trainer.policy_from = the learner's run directory)
@@ -284,13 +285,17 @@ class Trainer:
 
     def store(self) -> None:
         """Buffer housekeeping once every process has written its rollouts (FIFO trimming by the main process),
-        then every process re-reads the buffer."""
+        then every process re-reads the buffer. Its metrics are logged by `log_buffer` at the end of the epoch."""
         acc = self.accelerator
         acc.wait_for_everyone()
-        housekeeping = self.buffer.on_end_of_collection(self.counters.epoch, self.is_main)
+        self._housekeeping = self.buffer.on_end_of_collection(self.counters.epoch, self.is_main)
         acc.wait_for_everyone()
         self.buffer.refresh()
-        self.log("buffer", {**housekeeping, **self.buffer.stats()})
+
+    def log_buffer(self) -> None:
+        """The epoch's `buffer/` row, after its updates: the files they found unusable are counted in the epoch
+        that named them."""
+        self.log("buffer", {**self._housekeeping, **self.buffer.stats()})
 
     def train_step(self, batch, log_step: bool) -> dict:
         acc = self.accelerator
@@ -461,11 +466,13 @@ class Trainer:
                     summary["env steps/s"] = f"{self.collect():,.0f}"
             self.store()
             if t.mode == "learn" and not self.buffer.ready_for_training:
+                self.log_buffer()
                 time.sleep(2.0)  # a learner waits for the collectors' first files instead of skipping epochs
                 return False
             if self.buffer.ready_for_training and epoch >= t.start_learning_at_epoch and t.train_batches_per_epoch:
                 summary["updates/s"] = f"{self.update():.1f}"
                 summary["loss"] = _fmt(self._last_loss)
+        self.log_buffer()
         acc.wait_for_everyone()
         c.epoch = epoch + 1
         c.elapsed = time.time() - started
