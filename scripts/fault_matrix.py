@@ -576,6 +576,24 @@ def hostile_signals(rows, work: Path) -> None:
         r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         rows.append((f"job suspended (SIGSTOP to its group) for 3 s inside an env step, `env.step_timeout=1`, "
                      f"`env.mode={mode}`", f"rc {r.returncode}: {last_line(r)}"))
+    # --- before the first training state: the printed command (or the one that started it) starts it again ----
+    d = work / "s-early-disk"
+    first = run("train", *TINY, "trainer.epochs=1", f"hydra.run.dir={d}", cwd=work,
+                extra_env={"AMAGO_DISK_FULL_AT": "main.pt"})
+    printed = last_line(first).rsplit("amago-train ", 1)[-1].split()
+    again = run("train", *TINY, *printed, cwd=work)
+    d, marker = work / "s-early-sigterm", work / "s-early-sigterm.building"
+    slow = [*TINY, *FAULTY, "env.make._target_=faulty_envs.make_slowly", "+env.make.seconds=60",
+            f"+env.make.marker={marker}", "trainer.epochs=1", f"hydra.run.dir={d}"]
+    proc = run("train", *slow, cwd=work, wait=False)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    same = run("train", *[a.replace("seconds=60", "seconds=0") for a in slow], cwd=work)
+    rows.append(("full disk at the first `main.pt`, then the command its message prints; SIGTERM while the envs "
+                 "are built, then the same command",
+                 f"rc {first.returncode} then {again.returncode} ({' '.join(printed)}); rc {proc.returncode} then "
+                 f"{same.returncode}: {last_line(first)}"))
 
 
 if __name__ == "__main__":

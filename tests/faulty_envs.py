@@ -114,3 +114,10 @@ class Raising(gym.Env):
 
 def make_raising(where: str = "step", error: str = "RuntimeError", bad_step: int = 3, start_after: int = 0):
     return Raising(where, error, bad_step, start_after)
+
+
+def make_slowly(seconds: float, marker: str, fault: str = "nan_reward", bad_step: int = 100):
+    """A Faulty env whose construction touches the file `marker`, then takes `seconds`: a run in its start-up."""
+    open(marker, "a").close()
+    time.sleep(seconds)
+    return Faulty(fault, bad_step)

@@ -603,6 +603,10 @@ class Checkpoints:
 def find_training_state(path: str | os.PathLike) -> Path:
     """A run directory (newest state), a `ckpts/training_states/epoch_{e}` directory, or its main.pt."""
     path = Path(path).expanduser()
+    if (path / ".hydra").is_dir() and not (path / CONFIG_FILE).exists() and _only_a_start(path):
+        raise FileNotFoundError(f"cannot resume from {path}: the run stopped before it saved its config, so it cannot "
+                                "be continued; start it again with the command that started it (a new run may use "
+                                f"hydra.run.dir={path})")
     if path.is_file() and path.name == "main.pt":
         return path.parent
     if (path / "main.pt").is_file():
@@ -619,6 +623,32 @@ def find_training_state(path: str | os.PathLike) -> Path:
     raise FileNotFoundError(
         f"cannot resume from {path}: expected a run directory (with ckpts/), or ckpts/training_states/epoch_N"
     )
+
+
+def resume_target(path: str | os.PathLike) -> tuple[Path, Path | None]:
+    """(run directory, training state to continue) of `resume=<path>`: `find_training_state`, except that a run
+    directory whose run stopped before its first training state (a kill, a full disk, a SIGTERM in its first
+    epoch) gives (it, None): such a run is started again from the beginning with its saved config."""
+    path = Path(path).expanduser()
+    if path.is_dir() and (path / CONFIG_FILE).is_file() and not Checkpoints(path).saved_epochs():
+        return path, None
+    state = find_training_state(path)
+    return run_dir_of_state(state), state
+
+
+def _only_a_start(run_dir: Path) -> bool:
+    """Whether `run_dir` holds no more than a run that stopped before saving its config leaves: Hydra's record of
+    the command, lock files and empty directories of a run (nothing a new run there could lose)."""
+    for name in os.listdir(run_dir):
+        if name in (LOCK_FILE, *HYDRA_ENTRIES):
+            continue
+        entry = run_dir / name
+        if name == CONFIG_FILE or name not in RUN_ENTRIES or entry.is_symlink() or not entry.is_dir():
+            return False
+        for _, _, files in os.walk(entry):
+            if any(not (f.startswith(".") and f.endswith(".lock")) for f in files):
+                return False
+    return True
 
 
 def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, dict | None]:
@@ -737,10 +767,19 @@ def check_fresh_run_dir(run_dir: str | os.PathLike, allowed: tuple[str, ...] = (
     holder = lock_holder(run_dir)
     if holder is not None:
         raise RunDirError(_busy(run_dir, holder, fresh=True))
+    if _only_a_start(run_dir):  # a start that failed before it saved its config (its command may run again)
+        return
     found = [e for e in RUN_ENTRIES if e in entries]
-    if found:
+    if found and (run_dir / CONFIG_FILE).is_file() and not Checkpoints(run_dir).saved_epochs():
+        raise RunDirError(f"{run_dir} already holds a run ({', '.join(found)}) that saved no training state; start "
+                          f"it again with resume={run_dir} (its saved config), or start this run in a new directory "
+                          "(hydra.run.dir=<new dir>)")
+    if found and (run_dir / CONFIG_FILE).is_file():
         raise RunDirError(f"{run_dir} already holds a run ({', '.join(found)}); continue it with resume={run_dir}, "
                           "or start this run in a new directory (hydra.run.dir=<new dir>)")
+    if found:
+        raise RunDirError(f"{run_dir} holds part of a run ({', '.join(found)}) without its {CONFIG_FILE}, which no "
+                          "command can continue; start this run in a new directory (hydra.run.dir=<new dir>)")
     shown = ", ".join(entries[:5]) + (f", ... ({len(entries)} entries)" if len(entries) > 5 else "")
     raise RunDirError(f"{run_dir} is not empty ({shown}); a new run needs a new or empty directory "
                       "(hydra.run.dir=<new dir>); resume=<run dir> continues a run")

@@ -78,9 +78,9 @@ def _check_resume(args: list[str]) -> None:
     wrap the error in its own report."""
     for arg in args:
         if arg.startswith("resume=") and arg[len("resume="):] not in ("", "null") and "," not in arg:
-            from amago_app.rundir import find_training_state
+            from amago_app.rundir import resume_target
 
-            find_training_state(arg[len("resume="):])
+            resume_target(arg[len("resume="):])
 
 
 def _launched() -> bool:
@@ -147,7 +147,7 @@ def _claim_output_dir(args: list[str]):
     a resumed run's must not be in use, and a default, time-stamped directory is made unique (runs started in the
     same second get `<time>-2`, ...). The chosen directory is pinned on the command line; the returned lock is
     held until the process ends."""
-    from amago_app.rundir import RunLock, check_fresh_run_dir, claim_fresh_run_dir, find_training_state, run_dir_of_state
+    from amago_app.rundir import RunLock, check_fresh_run_dir, claim_fresh_run_dir, resume_target
 
     if any(a.startswith("-") and a not in MULTIRUN_FLAGS for a in args):
         return None  # --cfg, --help, --info, ...: Hydra prints and writes nothing
@@ -177,7 +177,7 @@ def _claim_output_dir(args: list[str]):
         _pin("hydra.sweep.dir", sweep_dir)
         return None
     if resume is not None:
-        lock = RunLock(run_dir_of_state(find_training_state(resume)))
+        lock = RunLock(resume_target(resume)[0])
         lock.acquire()
         return lock
     found = _output_dir(args, "hydra.run.dir")

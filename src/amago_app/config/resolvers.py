@@ -26,9 +26,9 @@ def resume_dir(resume, default):
     """hydra.run.dir: the resumed run's directory when resuming, else the fresh default."""
     if resume in (None, "", "null"):
         return default
-    from amago_app.rundir import find_training_state, run_dir_of_state  # imports torch: only when resuming
+    from amago_app.rundir import resume_target  # imports torch: only when resuming
 
-    return str(run_dir_of_state(find_training_state(resume)))
+    return str(resume_target(resume)[0])
 
 
 def resume_subdir(resume, stamp):

@@ -136,6 +136,21 @@ def make_timeline(ckpts: Checkpoints, state_dir: Path, epoch: int, weights: dict
         ckpts.write_weights(e, weights, keep_epoch_copy=not has_copy)
 
 
+def start_again(ckpts: Checkpoints) -> None:
+    """Main process, before a run that stopped before its first training state starts again from the beginning
+    (`resume=` of such a run): what the stopped attempt left is no part of the new timeline. Its metric rows are
+    dropped; its best policy and policy copies are renamed aside (never deleted)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if ckpts.best.parent.exists():
+        aside, n = ckpts.root / f"{ABANDONED_PREFIX}best-{stamp}", 1
+        while aside.exists():
+            n += 1
+            aside = ckpts.root / f"{ABANDONED_PREFIX}best-{stamp}-{n}"
+        os.replace(ckpts.best.parent, aside)
+    ckpts.abandon_newer_than(-1)
+    rollback_jsonl(ckpts.run_dir, 0)
+
+
 class LatestWeights:
     """mode=collect and async collectors act with the newest weights the learner published."""
 

@@ -394,8 +394,8 @@ class Trainer:
 
     def _last_saved(self) -> str:
         state = self.ckpts.latest_state_dir()
-        if state is None:
-            return "no training state was saved yet"
+        if state is None:  # (resume= of a run without a state starts it again with its saved config)
+            return f"no training state was saved yet; start it again with: {self.resume_command()}"
         return f"the last saved training state {state} is intact; continue with:\n  {self.resume_command()}"
 
     def _catch_stop_signals(self) -> None:
@@ -522,6 +522,14 @@ class Trainer:
                                self.accelerator.num_processes, self.accelerator.wait_for_everyone, weights)
         if t.always_save_latest and self.is_main:
             self.ckpts.write_weights(epoch, weights, keep_epoch_copy=False)
+
+    def start_again(self) -> None:
+        """`resume=` of a run that stopped before its first training state: it starts from the beginning, without
+        what the stopped attempt left (its metric rows, best policy and this process's buffer files)."""
+        if self.is_main:
+            checkpointing.start_again(self.ckpts)
+        if self.recorder.writer_id is not None:
+            self.buffer.remove_unsaved(self.recorder.writer_id, 0)
 
     def resume(self, state_dir: str | Path) -> None:
         """Continue exactly where the saved state stopped (`resume=`); it becomes the run's timeline."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -11,8 +12,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import setup
 from amago_app.config.overrides import apply_overrides, check_config, record_command, trusted_run_config
-from amago_app.rundir import (HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock, claim_fresh_run_dir,
-                              describe_os_error, filesystem_error, find_training_state, run_dir_of_state, save_config)
+from amago_app.rundir import (CONFIG_FILE, HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock,
+                              claim_fresh_run_dir, describe_os_error, filesystem_error, resume_target, save_config)
 from amago_app.trainer import checkpointing
 from amago_app.trainer.loop import Trainer
 
@@ -69,25 +70,31 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
     """Train a new run in `run_dir`, or continue `cfg.resume` with `overrides` applied to its saved config.
 
     A resume keeps the run's `config.yaml` as it was; its overrides are appended to `overrides_history.yaml`,
-    from which `run_config` rebuilds the config in use.
+    from which `run_config` rebuilds the config in use. A run that stopped before its first training state is
+    started again from the beginning with its saved config (this command's overrides applied), in its directory.
     """
     setup()  # resolvers used by saved configs
     run_dir = Path(run_dir)
     state_dir = None
     is_main = int(os.environ.get("RANK", "0")) == 0  # torchrun / accelerate launch set RANK; one process: main
     lock = None
+    starting_again = False  # resume= of a run that saved no training state
     try:
         if cfg.get("resume"):
-            run_dir = run_dir_of_state(find_training_state(cfg.resume))
+            run_dir, _ = resume_target(cfg.resume)
             if is_main:
                 lock = _take_run_dir(run_dir)
-            state_dir = find_training_state(cfg.resume)  # again: clean-up may have restored a half-published state
+            _, state_dir = resume_target(cfg.resume)  # again: clean-up may have restored a half-published state
             saved = trusted_run_config(run_dir, overrides, cfg.get("allow_targets") or [])
             cfg = apply_overrides(saved.copy(), overrides)
             check_config(cfg, f"the config of {run_dir} with this command's overrides")
             changes = changed_keys(saved, cfg)
             with open_dict(cfg):
-                cfg.resume = str(state_dir)
+                cfg.resume = None if state_dir is None else str(state_dir)
+            starting_again = state_dir is None
+            if starting_again and is_main:
+                warnings.warn(f"{run_dir} saved no training state before it stopped: starting it again from the "
+                              "beginning with its saved config", stacklevel=2)
         else:
             cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation must resolve before anything starts
@@ -102,6 +109,8 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
             trainer = Trainer(cfg, run_dir)
         if state_dir is not None:
             _restore(trainer, state_dir, changes)
+        elif starting_again:
+            trainer.start_again()
         if trainer.is_main:
             if state_dir is None:
                 save_config(cfg, trainer.run_dir)
@@ -138,7 +147,8 @@ def _refused_write_message(e: OSError, run_dir: Path) -> str:
     except OSError:
         state = None
     if state is None:
+        how = (f"amago-train resume={run_dir}" if (run_dir / CONFIG_FILE).is_file() else "the same command")
         return (f"cannot write {describe_os_error(e)}; the run stopped before saving a training state: {fix}, then "
-                "start it again")
+                f"start it again with {how}")
     return (f"cannot write {describe_os_error(e)}; the run stopped and its last saved training state {state} is "
             f"intact: {fix}, then continue with amago-train resume={run_dir}")
