@@ -441,6 +441,10 @@ class BufferConfig:
     max_file_gb: float = 4.0
     """Largest decoded size of one trajectory file; a larger `.npz` is skipped, named and counted from the sizes in
     its headers, before anything is decompressed."""
+    on_env_change: str = "refuse"
+    """A resume whose env (make target, id, observation or action space) differs from the one the run started
+    with: refuse (one line naming what differs) | set_aside (move the buffer's fifo/ and protected/ files into a
+    sibling folder `set-aside`, never deleted, and continue on the new env)."""
     traj_save_len: Optional[int] = "${env.traj_save_len}"  # type: ignore[assignment]
     """Split rollouts into files of this many timesteps (null = whole episodes)."""
     stagger_traj_file_lengths: bool = True

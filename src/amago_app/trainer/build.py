@@ -28,6 +28,7 @@ from amago_app.interaction.build import build, build_agent, build_envs, build_ex
 from amago_app.interaction.rollout import Rollout
 from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
+from amago_app.trainer.env_record import check_on_env_change
 from amago_app.trainer.hardware import (Choice, choose_compile, choose_compile_rollout, choose_precision, cpu_flags,
                                         detect_cuda_bf16, device_type, missing_cpp_toolchain, parse_switch)
 from amago_app.trainer.state import Counters, GlobalRNGs, Stateful, TrainingState
@@ -56,6 +57,7 @@ def trajectory_spec(envs: AMAGOEnv) -> TrajectorySpec:
 
 def build_buffer(cfg: DictConfig, run_dir: Path) -> Buffer:
     """The trainer's buffer, by `buffer.kind`: disk | mixture | none."""
+    check_on_env_change(cfg.buffer.on_env_change)  # (used at a resume; a typo is refused at every start)
     kind = cfg.buffer.kind
     if kind == "disk":
         return build_disk_buffer(cfg, run_dir)

@@ -15,6 +15,7 @@ from amago_app.config.overrides import apply_overrides, check_config, record_com
 from amago_app.rundir import (CONFIG_FILE, HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock,
                               claim_fresh_run_dir, describe_os_error, filesystem_error, resume_target, save_config)
 from amago_app.trainer import checkpointing
+from amago_app.trainer.env_record import check_env_on_resume, record_env
 from amago_app.trainer.loop import Trainer
 
 
@@ -108,12 +109,14 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
         else:
             trainer = Trainer(cfg, run_dir)
         if state_dir is not None:
+            check_env_on_resume(trainer, cfg)  # before the restore: a refused resume changes nothing
             _restore(trainer, state_dir, changes)
         elif starting_again:
             trainer.start_again()
         if trainer.is_main:
             if state_dir is None:
                 save_config(cfg, trainer.run_dir)
+                record_env(trainer, cfg)
             record_command(trainer.run_dir, overrides, state_dir, argv)
         return trainer.learn()
     except Exception as e:
