@@ -551,6 +551,7 @@ def hostile(rows, work: Path) -> None:
                            f"{out['after_refusal']['epochs']}, tmp leftovers {len(out['after_refusal']['tmp'])}; "
                            f"resume rc {out['resumed'][0]}, states {out['final']['epochs']}"))
     hostile_signals(rows, work)
+    hostile_buffer(rows, work)
 
 
 def start_in_own_group(*args, cwd: Path) -> subprocess.Popen:
@@ -594,6 +595,95 @@ def hostile_signals(rows, work: Path) -> None:
                  "are built, then the same command",
                  f"rc {first.returncode} then {again.returncode} ({' '.join(printed)}); rc {proc.returncode} then "
                  f"{same.returncode}: {last_line(first)}"))
+
+
+def peak_train(*args, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """`amago-train args` and the peak resident memory (MB) of that one process."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *args], cwd=cwd, env=env(),
+                                stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        out.seek(0), err.seek(0)
+        return (subprocess.CompletedProcess(proc.args, os.waitstatus_to_exitcode(status), out.read(), err.read()),
+                usage.ru_maxrss / 1024)
+
+
+def hostile_buffer(rows, work: Path) -> None:
+    """Buffer files that are not what their names say, and a run whose env was edited between two commands."""
+    import socket
+
+    import numpy as np
+
+    from amago_app.logging.metrics import read_jsonl
+
+    def copy(dst: str) -> Path:
+        base = work / "h-base" if (work / "h-base").is_dir() else trained_run(work, "h-base", epochs=2)[0]
+        return Path(shutil.copytree(base, work / dst, ignore=shutil.ignore_patterns(".lock")))
+
+    def skipped(d: Path) -> tuple[int, float]:
+        named = {ln.split("skipping trajectory file ", 1)[1].split(": ", 1)[0]
+                 for ln in (d / "train.log").read_text().splitlines() if "skipping trajectory file " in ln}
+        return len(named), read_jsonl(d / "metrics" / "buffer.jsonl")[-1]["buffer/Skipped Files"]
+
+    d = copy("b-special")
+    fifo, protected, short = d / "buffer/fifo", d / "buffer/protected", Path(tempfile.mkdtemp(prefix="amg"))
+    os.mkfifo(fifo / "TMazePassive-H3_x-000000001_1.0.npz")
+    os.mkfifo(short / "f")
+    os.symlink(short / "f", protected / "linked_x_1.0.npz")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(short / "s"))
+    os.replace(short / "s", protected / "sock_x_1.0.npz")
+    os.symlink("/dev/zero", fifo / "zero_x_1.0.npz")
+    start = time.monotonic()
+    r = run("train", *TINY, f"resume={d}", "trainer.epochs=4", cwd=work)
+    named, count = skipped(d)
+    rows.append(("a FIFO in `buffer/fifo`, a symlink to a FIFO and a unix socket in `buffer/protected`, a symlink to "
+                 "`/dev/zero` (all `*.npz`), `resume=<run>` for 2 epochs",
+                 f"rc {r.returncode} after {time.monotonic() - start:.0f} s; named in train.log {named} of 4, "
+                 f"`buffer/Skipped Files` {count:g}"))
+    shutil.rmtree(short, ignore_errors=True)
+
+    d = copy("b-count")
+    files = sorted((d / "buffer/fifo").glob("*.npz"))
+    for i, path in enumerate(files[:5]):
+        arrays = dict(np.load(path))
+        key = next(k for k in arrays if k.startswith("_OBS_KEY_"))
+        bad = [{key: arrays[key][:, :1]}, {"actions": arrays["actions"].astype(str)}, {"rews": arrays["rews"][:-1]},
+               {"rews": np.full_like(arrays["rews"], np.nan)}, None][i]
+        np.savez(path, **({**arrays, **bad} if bad is not None else {"weights": np.zeros(3)}))
+    r = run("train", *TINY, f"resume={d}", "trainer.epochs=3", "trainer.start_collecting_at_epoch=100",
+            "trainer.train_batches_per_epoch=10", cwd=work)
+    named, count = skipped(d)
+    rows.append(("five unusable buffer files (obs shape, string actions, a reward short, NaN rewards, a foreign "
+                 "npz), `resume=<run>` for 1 epoch", f"rc {r.returncode}; named in train.log {named}, "
+                 f"`buffer/Skipped Files` {count:g}"))
+
+    d = copy("b-bomb")
+    files = sorted((d / "buffer/fifo").glob("*.npz"))
+    arrays = dict(np.load(files[0]))
+    key = next(k for k in arrays if k.startswith("_OBS_KEY_"))
+    arrays[key] = np.zeros((len(arrays[key]), 50_000_000), np.float32)
+    np.savez_compressed(files[0], **arrays)
+    for path in files[3:]:
+        path.unlink()
+    r, peak = peak_train(f"resume={d}", "trainer.epochs=3", "trainer.start_collecting_at_epoch=100", cwd=work)
+    named, count = skipped(d)
+    rows.append((f"a compressed `.npz` of {files[0].stat().st_size / 1024:.0f} KB whose obs array decodes to 800 MB, "
+                 "`resume=<run>`", f"rc {r.returncode}, peak memory {peak:.0f} MB; named in train.log {named}, "
+                 f"`buffer/Skipped Files` {count:g}"))
+
+    d = copy("b-env")
+    text = (d / "config.yaml").read_text()
+    (d / "config.yaml").write_text(text.replace("tmaze.TMazePassive", "tmaze.TMazeActive"))
+    before = sorted(p.name for p in (d / "buffer").rglob("*.npz"))
+    r = run("train", *TINY, f"resume={d}", cwd=work)
+    rows.append(("config.yaml's env edited (TMazePassive -> TMazeActive), `resume=<run>`",
+                 f"rc {r.returncode}: {last_line(r)}"))
+    r = run("train", *TINY, f"resume={d}", "buffer.on_env_change=set_aside", "trainer.epochs=3", cwd=work)
+    aside = sorted(p.name for p in (d / "buffer/set-aside").rglob("*.npz"))
+    rows.append(("the same with `buffer.on_env_change=set_aside`",
+                 f"rc {r.returncode}; old files set aside {len(aside)} of {len(before)}, new files "
+                 f"{len(list((d / 'buffer/fifo').glob('*.npz')))}: {last_line(r)}"))
 
 
 if __name__ == "__main__":
