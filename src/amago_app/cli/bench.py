@@ -588,11 +588,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="an amago-train override for every run (repeatable), e.g. trainer.train_batches_per_epoch=10")
     p.add_argument("--report-only", action="store_true", help="only (re)write the results from finished runs")
+    p.add_argument("--suite", default=None, metavar="generalization",
+                   help="run a task suite instead of the rows (cli/suite.py): --tasks then names its tasks")
+    p.add_argument("--split", default=None, metavar="tune|test|all",
+                   help="with --suite: which half of the suite (default: tune)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.suite is not None or args.split is not None:
+        from amago_app.cli import suite
+
+        return suite.run_suite(args, sys.modules[__name__])
     names = list(TASKS) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [n for n in names if n not in TASKS]
     if unknown or not names:

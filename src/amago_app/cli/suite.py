@@ -1,0 +1,447 @@
+"""`amago-bench --suite generalization`: tasks that are not benchmark rows, run as a user runs `amago-train`.
+
+Every task is the defaults plus the env choice a user would type (`env=gymnax env.id=DeepSea-bsuite`, ...) and,
+from the suite, only `seed=` and `trainer.threads=1`. What is judged is the FINAL policy (checkpoint=latest, not
+the best validation): after training, `amago-eval` plays a number of episodes fixed per task (>= 200) once with
+greedy and once with sampled actions, and reports the mean and its 95% interval.
+
+The split, written before any result was looked at: within each family the tasks are sorted by name (Python's
+string order); the 1st, 3rd, ... task of each family (sorted by name) is in the tuning half, the 2nd, 4th, ... in
+the test half. Defaults are chosen on the tuning half only; the test half is run to report how the chosen
+defaults do on tasks nothing was chosen on, so `--split` runs the tuning half unless told otherwise.
+
+    <out>/generalization.md     one table: task, family, split, the final policy per seed (mean ± 95% CI) in
+                                both action modes, the mean over seeds, wall time per run
+    <out>/generalization.json   all tasks run
+    <out>/<task>.json           per seed: the final evaluation per mode (n, mean, std, 95% CI, amago-eval's JSON)
+                                and the run's wall and CPU seconds; the mean over seeds with its 95% interval
+    <out>/<task>.png            validation curves of the seeds (the defaults validate greedily) and the final
+                                evaluation of each seed, greedy and sampled
+    <out>/runs/<task>/defaults/seed<k>/   the run directories; the final evaluations in their eval/ folder
+
+The job runner, its supervision and its signal handling are amago-bench's (`cli/bench.py`): finished runs and
+evaluations are not run again, a signal stops every running process. `--override` is for smoke tests of the
+machinery; a table made with it says that it is not the suite's defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SUITES = ("generalization",)
+SPLITS = ("tune", "test", "all")
+MODES = ("greedy", "sampled")
+VARIANT = "defaults"
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    name: str
+    """The task's name in the suite (the split rule sorts by it)."""
+    family: str
+    split: str
+    """tune | test: by the written rule (module docstring); tests/cli/test_suite.py recomputes it."""
+    overrides: tuple[str, ...]
+    """What a user types to choose the env; nothing else."""
+    metric: str = "Return"
+    """The amago-eval metric judged: Return (episode return) or Success (the env's own success flag)."""
+    episodes: int = 256
+    """Final-evaluation episodes per action mode (fixed per task)."""
+    memory_free: float | None = None
+    """What a memory-free policy reaches on `metric`, where known exactly; null otherwise."""
+    possible: float | None = None
+    """The best expected value of `metric`, where known exactly; null otherwise."""
+    note: str = ""
+    eval_allow: tuple[str, ...] = ()
+    """`allow_targets` amago-eval needs to rebuild the run (a factory outside amago_app's own list)."""
+
+
+#: family -> what it tests (the table's order)
+FAMILIES = {
+    "memory": "POMDPs: what was observed earlier decides the action now",
+    "meta-RL": "hidden parameters redrawn at every reset, learned within the episode",
+    "sparse-reward": "exploration: the reward comes only after a long specific action sequence",
+    "continuous": "continuous actions",
+    "long-horizon": "credit assignment over many steps",
+    "grid": "grid or image observations",
+}
+
+_POPGYM = "POPGym normalizes an episode's return to [-1, 1]"
+_MINIGRID = f"{__name__}.minigrid"
+
+TASKS: dict[str, SuiteTask] = {t.name: t for t in (
+    # memory (sorted: MineSweeperEasy, RepeatFirstEasy, StatelessCartPoleEasy)
+    SuiteTask("MineSweeperEasy", "memory", "tune", ("env=popgym", "env.id=MineSweeperEasy"), possible=1.0,
+              note=_POPGYM),
+    SuiteTask("RepeatFirstEasy", "memory", "test", ("env=popgym", "env.id=RepeatFirstEasy"), possible=1.0,
+              note=_POPGYM),
+    SuiteTask("StatelessCartPoleEasy", "memory", "tune", ("env=popgym", "env.id=PositionOnlyCartPoleEasy"),
+              possible=1.0, note=f"POPGym's Stateless CartPole is the class PositionOnlyCartPole; {_POPGYM}"),
+    # meta-RL (sorted: BernoulliBandit-misc, MetaFrozenLake-4x4, MetaMaze-misc)
+    SuiteTask("BernoulliBandit-misc", "meta-RL", "tune", ("env=gymnax", "env.id=BernoulliBandit-misc"),
+              note="arm probabilities redrawn at every reset, 100 pulls"),
+    SuiteTask("MetaFrozenLake-4x4", "meta-RL", "test", ("env=frozen_lake", "env.make.size=4"),
+              note="a new 4x4 lake per rollout, 3 attempts at it"),
+    SuiteTask("MetaMaze-misc", "meta-RL", "tune", ("env=gymnax", "env.id=MetaMaze-misc"),
+              note="goal redrawn at every reset, 200 steps; reward 10 per goal reached"),
+    # sparse-reward exploration (sorted: DeepSea-bsuite, MountainCar-v0)
+    SuiteTask("DeepSea-bsuite", "sparse-reward", "tune", ("env=gymnax", "env.id=DeepSea-bsuite"), possible=0.99,
+              note="size 8: the treasure pays 1, each move right costs 0.01 / 8"),
+    SuiteTask("MountainCar-v0", "sparse-reward", "test", ("env=gym", "env.id=MountainCar-v0"),
+              note="-1 per step up to 200; gymnasium's reward threshold is -110"),
+    # continuous control (sorted: InvertedPendulum-v5, MountainCarContinuous-v0)
+    SuiteTask("InvertedPendulum-v5", "continuous", "tune", ("env=gym", "env.id=InvertedPendulum-v5"), episodes=200,
+              possible=1000.0, note="1 per step balanced, 1,000 steps"),
+    SuiteTask("MountainCarContinuous-v0", "continuous", "test", ("env=gym", "env.id=MountainCarContinuous-v0"),
+              episodes=200, note="100 at the flag minus the squared actions; gymnasium's reward threshold is 90"),
+    # long-horizon credit assignment (sorted: DiscountingChain-bsuite, TMazePassive-H100, UmbrellaChain-bsuite)
+    SuiteTask("DiscountingChain-bsuite", "long-horizon", "tune", ("env=gymnax", "env.id=DiscountingChain-bsuite"),
+              possible=1.1, note="the first action picks a chain paying 1 after 1..100 steps, one chain 1.1"),
+    SuiteTask("TMazePassive-H100", "long-horizon", "test", ("env=tmaze", "env.horizon=100"), metric="Success",
+              memory_free=0.5, possible=1.0, note="the goal side shown at the start only, corridor 100"),
+    SuiteTask("UmbrellaChain-bsuite", "long-horizon", "tune", ("env=gymnax", "env.id=UmbrellaChain-bsuite"),
+              possible=1.0, note="the first action pays +1 / -1 after 10 steps, amid +-1 noise (expectation)"),
+    # grid / image observations (sorted: ImageMemory, MiniGrid-MemoryS7-v0)
+    SuiteTask("ImageMemory", "grid", "tune", ("env=image_memory",), metric="Success", memory_free=0.5, possible=1.0,
+              note="16 px images, the colour cue in the first of 8"),
+    SuiteTask("MiniGrid-MemoryS7-v0", "grid", "test",
+              ("env=custom", f"env.make._target_={_MINIGRID}", "+env.make.id=MiniGrid-MemoryS7-v0"), episodes=200,
+              note="7x7x3 egocentric view and direction (the mission text dropped), 245 steps",
+              eval_allow=(_MINIGRID,)),
+)}
+
+
+def minigrid(id: str) -> Any:
+    """A MiniGrid env as `env=custom` builds it: gymnasium's env with the observation keys amago_app reads (the
+    7x7x3 view and the direction); the mission is a text space, and in the MiniGrid memory tasks a fixed one."""
+    import gymnasium as gym
+    from gymnasium.wrappers import FilterObservation
+
+    try:
+        import minigrid as _  # noqa: F401  (registers the MiniGrid ids)
+    except ImportError as e:
+        raise ImportError("MiniGrid is not installed: EXTRAS=minigrid bash scripts/setup.sh "
+                          "(or pip install 'amago_app[minigrid]')") from e
+    return FilterObservation(gym.make(id), ["image", "direction"])
+
+
+def tasks_of(split: str) -> list[SuiteTask]:
+    return [t for t in TASKS.values() if split == "all" or t.split == split]
+
+
+# --- running ---------------------------------------------------------------------------------------------
+def eval_json(run_dir: Path, mode: str) -> Path:
+    from amago_app.rundir import EVAL_DIR
+
+    return run_dir / EVAL_DIR / f"final-{mode}.json"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _eval_done(path: Path, task: SuiteTask) -> bool:
+    ev = _read_json(path)
+    return ev is not None and ev.get("episodes_requested") == task.episodes and ev.get("checkpoint") == "latest"
+
+
+def run_final_eval(bench: ModuleType, job, task: SuiteTask, mode: str, stop, log=print) -> dict:
+    """`amago-eval <run> checkpoint=latest episodes=N sample=...` as its own process (1 torch thread), stopped
+    with the matrix; its JSON goes to the run's eval/final-<mode>.json."""
+    out = eval_json(job.run_dir, mode)
+    if _eval_done(out, task):
+        return {"returncode": 0}
+    if stop.signal is not None:
+        return {"returncode": None, "stopped": True}
+    cmd = [sys.executable, "-m", "amago_app.cli.eval", str(job.run_dir), "checkpoint=latest",
+           f"episodes={task.episodes}", f"sample={str(mode == 'sampled').lower()}", f"output={out}"]
+    if task.eval_allow:
+        cmd.append(f"allow_targets=[{','.join(task.eval_allow)}]")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    with open(job.run_dir.with_name(f"{job.run_dir.name}.eval-{mode}.log"), "w") as f:
+        proc = stop.start(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        if proc is None:
+            return {"returncode": None, "stopped": True}
+        log(f"start  {job.task} seed {job.seed}: final evaluation, {mode}, {task.episodes} episodes")
+        _, status, _ = os.wait4(proc.pid, 0)
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        stop.finished(proc)
+    log(f"finish {job.task} seed {job.seed}: final evaluation, {mode}: exit {rc} after "
+        f"{time.perf_counter() - start:.0f} s")
+    return {"returncode": rc}
+
+
+def jobs_for(bench: ModuleType, tasks: list[SuiteTask], seeds: list[int], out: Path, extra: list[str]) -> list:
+    """Seed by seed over the tasks, so that a matrix stopped early has every task at its first seeds."""
+    return [bench.Job(t.name, VARIANT, seed, out / "runs" / t.name / VARIANT / f"seed{seed}",
+                      [*t.overrides, *extra, f"seed={seed}"])
+            for seed in seeds for t in tasks]
+
+
+def run_seed(bench: ModuleType, job, stop, log=print) -> dict:
+    """Train (amago-bench's runner: the overrides, `trainer.threads=1`, nothing else), then the final evaluations."""
+    task = TASKS[job.task]
+    outcome = {"train": bench.run_job(job, stop, log)}
+    if outcome["train"].get("returncode") == 0:
+        for mode in MODES:
+            outcome[mode] = run_final_eval(bench, job, task, mode, stop, log)
+    return outcome
+
+
+# --- results ---------------------------------------------------------------------------------------------
+def _finite(x):
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _stats(values: list[float]) -> dict:
+    """Mean and 95% t-interval (amago-eval's `describe`); null where one value gives no interval."""
+    from amago_app.evaluation.evaluate import describe
+
+    d = describe(values)
+    lo, hi = d["ci95"]
+    return {"n": d["n"], "mean": _finite(d["mean"]), "std": d["std"] if d["n"] > 1 else None,
+            "ci95": [_finite(lo), _finite(hi)], "ci95_halfwidth": _finite(d["ci95_halfwidth"])}
+
+
+def seed_result(bench: ModuleType, task: SuiteTask, run_dir: Path) -> dict:
+    outcome = bench.read_outcome(run_dir) or {}
+    final = {}
+    for mode in MODES:
+        path = eval_json(run_dir, mode)
+        ev = _read_json(path) if _eval_done(path, task) else None
+        if not ev or not ev.get("per_env"):
+            continue
+        env = next(iter(ev["per_env"]))  # every suite task is one env
+        s = ev["per_env"][env].get(task.metric)
+        if s is None:
+            continue
+        final[mode] = {"n": s["n"], "mean": s["mean"], "std": s["std"], "ci95": [_finite(v) for v in s["ci95"]],
+                       "ci95_halfwidth": _finite(s["ci95_halfwidth"]), "env": env,
+                       "episodes_requested": ev["episodes_requested"], "eval_seconds": ev.get("seconds"),
+                       "eval_json": str(path), **({"warning": ev["warning"]} if ev.get("warning") else {})}
+    return {"run_dir": str(run_dir), "finished": bool(outcome), "train_seconds": outcome.get("process_seconds"),
+            "cpu_seconds": outcome.get("cpu_seconds"), "command": outcome.get("command"), "final": final}
+
+
+def task_result(bench: ModuleType, task: SuiteTask, out: Path, seeds: list[int], extra: list[str]) -> dict:
+    per_seed = {str(s): seed_result(bench, task, out / "runs" / task.name / VARIANT / f"seed{s}") for s in seeds}
+    over = {}
+    for mode in MODES:
+        means = [r["final"][mode]["mean"] for r in per_seed.values() if mode in r["final"]]
+        if means:
+            over[mode] = _stats(means)
+    walls = [r["train_seconds"] for r in per_seed.values() if r["train_seconds"] is not None]
+    cpus = [r["cpu_seconds"] for r in per_seed.values() if r["cpu_seconds"] is not None]
+    return {"task": task.name, **asdict(task), "overrides": list(extra), "seeds": per_seed, "over_seeds": over,
+            "mean_train_seconds": sum(walls) / len(walls) if walls else None,
+            "mean_cpu_seconds": sum(cpus) / len(cpus) if cpus else None}
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _pm(s: dict | None) -> str:
+    if not s or s.get("mean") is None:
+        return "-"
+    return _fmt(s["mean"]) + ("" if s.get("ci95_halfwidth") is None else f" ± {_fmt(s['ci95_halfwidth'])}")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def markdown_table(results: list[dict]) -> str:
+    lines = ["| task | family | split | final greedy, per seed (mean ± 95% CI) | final sampled, per seed "
+             "(mean ± 95% CI) | mean over seeds: greedy; sampled (± 95% CI over seeds) | metric (episodes) | "
+             "memory-free / possible | wall (CPU) min per run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        ran = {s: v for s, v in r["seeds"].items() if v["final"]}
+        per_mode = {m: " / ".join(_pm(v["final"].get(m)) for v in ran.values()) or "not yet run" for m in MODES}
+        over = f"{_pm(r['over_seeds'].get('greedy'))}; {_pm(r['over_seeds'].get('sampled'))}"
+        seeds = f" (seeds {', '.join(ran)})" if ran else ""
+        wall, cpu = r["mean_train_seconds"], r["mean_cpu_seconds"]
+        time_cell = "-" if wall is None else f"{wall / 60:.1f} ({'-' if cpu is None else f'{cpu / 60:.1f}'})"
+        lines.append(f"| {r['name']} | {r['family']} | {r['split']} | {per_mode['greedy']} | {per_mode['sampled']} | "
+                     f"{over}{seeds} | {r['metric']} ({r['episodes']}) | {_fmt(r['memory_free'])} / "
+                     f"{_fmt(r['possible'])} | {time_cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def report_header(split: str, seeds: list[int], extra: list[str]) -> str:
+    head = [f"# amago-bench --suite generalization --split {split} --seeds {','.join(map(str, seeds))}", "",
+            f"amago_app's defaults (the env choice, `seed=`, `trainer.threads=1`), final policy (checkpoint=latest) "
+            f"evaluated by amago-eval; CPU: {cpu_model()}, one torch thread per run.", ""]
+    if extra:
+        head += [f"**Run with `{' '.join(extra)}`: not the suite's defaults (a smoke test of the machinery, not a "
+                 "result).**", ""]
+    return "\n".join(head)
+
+
+def _final_points(r: dict, mode: str) -> tuple[list, list, list]:
+    from amago_app.logging.curves import load_run
+
+    xs, ys, errs = [], [], []
+    for s in r["seeds"].values():
+        f = s["final"].get(mode)
+        if not f:
+            continue
+        frames = [rec.get("total_frames") for rec in load_run(s["run_dir"]).records("val")]
+        frames = [x for x in frames if isinstance(x, (int, float))]
+        if frames:
+            xs.append(max(frames))
+            ys.append(f["mean"])
+            errs.append(f["ci95_halfwidth"] or 0.0)
+    return xs, ys, errs
+
+
+def plot_task(r: dict, out_png: Path) -> Path | None:
+    """The seeds' validation curves (amago-plot's drawing), the final evaluations as points with their intervals,
+    the memory-free and best values as lines where known."""
+    from amago_app.logging.curves import MetricSpec, load_run, plot_metric, save_figure
+
+    runs = [load_run(s["run_dir"]) for s in r["seeds"].values() if (Path(s["run_dir"]) / "metrics").is_dir()]
+    if not runs:
+        return None
+    prefix = "Average Total Return in " if r["metric"] == "Return" else f"Average {r['metric']} in "
+    names = [n for run in runs for n in run.metric_names("val") if n.startswith(prefix) and "(Across" not in n]
+    if not names:
+        return None
+    spec = MetricSpec(title=f"{r['name']} ({r['family']}, {r['split']}): amago_app defaults",
+                      series=[("val", names[0], "")], ylabel=f"{r['metric']} (validation: greedy)")
+    fig = plot_metric({"defaults": runs}, spec, show_seeds=True)
+    if fig is None:
+        return None
+    ax = fig.axes[0]
+    for mode, marker in (("greedy", "o"), ("sampled", "s")):
+        xs, ys, errs = _final_points(r, mode)
+        if xs:
+            ax.errorbar(xs, ys, yerr=errs, fmt=marker, ms=4, capsize=3, label=f"final policy, {mode} (95% CI)")
+    for value, label, style in ((r["memory_free"], "memory-free", ":"), (r["possible"], "possible", "--")):
+        if value is not None:
+            ax.axhline(value, color="0.3", ls=style, lw=1.0, label=f"{label} {value:g}")
+    ax.legend(fontsize=8, loc="best")
+    path = save_figure(fig, out_png.with_suffix(""), ("png",))[0]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def write_results(bench: ModuleType, tasks: list[SuiteTask], out: Path, split: str, seeds: list[int],
+                  extra: list[str]) -> list[dict]:
+    from amago_app.rundir import atomic_write_bytes
+
+    def write(path: Path, text: str) -> None:
+        atomic_write_bytes(path, lambda f: f.write(text.encode()))
+
+    results = []
+    for task in tasks:
+        r = task_result(bench, task, out, seeds, extra)
+        write(out / f"{task.name}.json", json.dumps(r, indent=1))
+        plot_task(r, out / f"{task.name}.png")
+        results.append(r)
+    write(out / "generalization.json", json.dumps(results, indent=1))
+    write(out / "generalization.md", report_header(split, seeds, extra) + "\n" + markdown_table(results))
+    return results
+
+
+# --- command line ----------------------------------------------------------------------------------------
+class _Refused(ValueError):
+    pass
+
+
+def _check(args) -> tuple[list[SuiteTask], list[int]]:
+    if args.suite is None:
+        raise _Refused(f"--split {args.split!r} chooses a half of a suite: add --suite generalization")
+    if args.suite not in SUITES:
+        raise _Refused(f"--suite {args.suite!r}: unknown suite; choose from {', '.join(SUITES)}")
+    split = args.split or "tune"
+    if split not in SPLITS:
+        raise _Refused(f"--split {split!r}: choose tune (the default), test or all")
+    if args.budget_scale != 1.0 or args.baseline_seeds is not None:
+        raise _Refused("--budget-scale and --baseline-seeds apply to the benchmark rows; the suite runs the defaults "
+                       "(a smoke test of the machinery: --override key=value)")
+    chosen = tasks_of(split)
+    if args.tasks != "all":
+        names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+        unknown = [n for n in names if n not in TASKS]
+        if unknown or not names:
+            raise _Refused(f"--tasks {args.tasks!r}: unknown task {', '.join(unknown) or '(none)'}; the {split} "
+                           f"tasks are {', '.join(t.name for t in chosen)}")
+        other = [n for n in names if TASKS[n] not in chosen]
+        if other:
+            raise _Refused(f"--tasks {args.tasks!r}: {', '.join(other)} is in the {TASKS[other[0]].split} half, not "
+                           f"in --split {split} (give --split {TASKS[other[0]].split} or all to run it)")
+        chosen = [t for t in chosen if t.name in names]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise _Refused(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+    if args.jobs < 1:
+        raise _Refused(f"--jobs {args.jobs}: must be >= 1")
+    return chosen, seeds
+
+
+def run_suite(args, bench: ModuleType) -> int:
+    """`amago-bench --suite ...` with amago-bench's parsed arguments. `bench` is amago-bench's module, handed in
+    (its job runner, StopMatrix and outcome files) so that the two modules import in one direction only."""
+    try:
+        tasks, seeds = _check(args)
+    except _Refused as e:
+        print(f"amago-bench: error: {e}", file=sys.stderr)
+        return 2
+    split, extra = args.split or "tune", list(args.override)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        jobs = jobs_for(bench, tasks, seeds, out, extra)
+        stop = bench.StopMatrix()
+        previous = stop.install() if threading.current_thread() is threading.main_thread() else {}
+        try:
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                outcomes = list(pool.map(lambda j: run_seed(bench, j, stop, lambda m: print(m, flush=True)), jobs))
+        finally:
+            stop.restore(previous)
+        if stop.signal is not None:
+            return 128 + stop.signal
+        for job, outcome in zip(jobs, outcomes):
+            for step, o in outcome.items():
+                if o.get("returncode") != 0:
+                    log = (bench.log_file(job.run_dir) if step == "train"
+                           else job.run_dir.with_name(f"{job.run_dir.name}.eval-{step}.log"))
+                    print(f"amago-bench: {job.task} seed {job.seed}: {step} exited {o.get('returncode')}: see {log}",
+                          file=sys.stderr)
+    write_results(bench, tasks, out, split, seeds, extra)
+    print((out / "generalization.md").read_text(), end="")
+    print(f"results: {out}/generalization.md, {out}/generalization.json, {out}/<task>.json and <task>.png")
+    return 0
