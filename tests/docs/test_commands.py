@@ -389,3 +389,11 @@ def test_images_and_local_links_exist():
                 continue
             assert (doc.parent / target).exists(), f"{doc.name}: {target} does not exist"
     assert (ROOT / "docs" / "img" / "tmaze_success.png").stat().st_size < 200_000  # small enough for a README
+
+
+def test_every_guide_the_readme_links_is_checked():
+    """The README points at guides under docs/ (guide-*.md and the others): their commands are checked too, so a
+    guide moved into a subfolder the glob above misses fails here instead of going unchecked."""
+    linked = {(ROOT / t).resolve() for t in re.findall(r"\]\((docs/[^)#\s]+\.md)", (ROOT / "README.md").read_text())}
+    assert any(p.name.startswith("guide-") for p in linked)
+    assert linked <= {d.resolve() for d in DOCS}, sorted(str(p) for p in linked - {d.resolve() for d in DOCS})

@@ -94,7 +94,8 @@ def test_two_node_rendezvous_one_run_dir_identical_weights_and_resume(tmp_path):
 
 
 def test_accelerate_launch_two_machines(tmp_path):
-    """The README's `accelerate launch --multi_gpu --num_machines 2 ...` line, on localhost (gloo on CPU)."""
+    """The `accelerate launch --multi_gpu --num_machines 2 ...` line of docs/guide-scaling-out.md, on localhost (gloo
+    on CPU)."""
     accelerate = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
     port, run = free_port(), tmp_path / "run"
     _run_pair([[accelerate, "launch", "--multi_gpu", "--num_machines", "2", "--machine_rank", str(r),

@@ -8,7 +8,7 @@ The protocol: an env (or a wrapper) that defines
 can be checkpointed with the run (stored with `torch.load(weights_only=True)`-safe encoding: no pickle).
 Between our per-env wrapper and that env, gymnasium's own bookkeeping wrappers (TimeLimit, OrderEnforcing,
 PassiveEnvChecker, as `gymnasium.make` adds them) are saved too; any other wrapper without `get_state` makes the
-env unsaveable, and a resumed run then starts that env's episodes afresh (the README says so).
+env unsaveable, and a resumed run then starts that env's episodes afresh (docs/guide-crash-safety.md says so).
 
 The built-in envs implement it through `SavesState`: a class attribute listing the attributes that change while
 the env runs, plus the env's `np_random` generator.

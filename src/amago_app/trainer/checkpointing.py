@@ -2,8 +2,8 @@
 
 What the state holds is the `TrainingState` the builder made (`trainer/state.py`); `save` and `restore` walk
 its parts and know nothing else. The main process saves the shared parts (`main.pt`), every process its own
-(`rank{r}.pt`). Restoring all of them continues the run exactly where it stopped (README "Crashes, resuming and
-safety" says when that is not possible). The files themselves are written and read by `amago_app.rundir`
+(`rank{r}.pt`). Restoring all of them continues the run exactly where it stopped (docs/guide-crash-safety.md
+says when that is not possible). The files themselves are written and read by `amago_app.rundir`
 (atomic, all-or-nothing, tensors only).
 """
 
