@@ -181,7 +181,10 @@ def trajectory_length(path: str | os.PathLike, allow_pickle: bool = False) -> in
     path = Path(path)
     if path.suffix == ".npz":
         with open_regular(path) as f:
-            return npz_headers(f, path)["rews"][0][0]
+            shape = npz_headers(f, path)["rews"][0]
+        if not shape:
+            raise BadTrajectory("rews is a single number, not an array of steps")
+        return shape[0]
     return len(load_trajectory(path, allow_pickle=allow_pickle))
 
 
