@@ -595,6 +595,18 @@ def hostile_signals(rows, work: Path) -> None:
                  "are built, then the same command",
                  f"rc {first.returncode} then {again.returncode} ({' '.join(printed)}); rc {proc.returncode} then "
                  f"{same.returncode}: {last_line(first)}"))
+    # --- Ctrl-C twice while the final training state is written (the loop held there for 6 s) ----------------
+    d, marker = work / "s-ctrl-c", work / "s-ctrl-c.paused"
+    proc = run("train", *TINY, "trainer.epochs=100000", "trainer.ckpt_interval=null", f"hydra.run.dir={d}", cwd=work,
+               wait=False, extra_env={"AMAGO_PAUSE_AT": "before-publish:1:6", "AMAGO_PAUSE_MARKER": str(marker)})
+    wait_for(d / "metrics" / "buffer.jsonl", proc)
+    proc.send_signal(signal.SIGINT)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    rows.append(("Ctrl-C, then Ctrl-C again while the training state it asked for is written",
+                 f"rc {proc.returncode}, traceback: {'Traceback' in out + err}, stopped after the save: "
+                 f"{'interrupted: training state saved' in out}; {consistent(d)}"))
 
 
 def peak_train(*args, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:

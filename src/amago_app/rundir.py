@@ -388,11 +388,23 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
 
 
 _crash_counts: dict[str, int] = {}
+_pause_counts: dict[str, int] = {}
 
 
 def crash_point(name: str) -> None:
     """Test hook for real-crash tests: `AMAGO_CRASH_AT=<name>:<n>` kills this process with SIGKILL the n-th time
-    it passes point `name` (collect, update, before-publish, mid-publish, after-publish). Unset: does nothing."""
+    it passes point `name` (collect, update, before-publish, mid-publish, after-publish). `AMAGO_PAUSE_AT=
+    <name>:<n>:<seconds>` holds it there for `seconds` instead (touching the file AMAGO_PAUSE_MARKER first, if
+    set): a test's signal arrives at that point. Unset: does nothing."""
+    pause = os.environ.get("AMAGO_PAUSE_AT")
+    if pause:
+        point, nth, seconds = (pause.split(":") + ["1", "5"])[:3]
+        if point == name:
+            _pause_counts[name] = _pause_counts.get(name, 0) + 1
+            if _pause_counts[name] == int(nth):
+                if os.environ.get("AMAGO_PAUSE_MARKER"):
+                    Path(os.environ["AMAGO_PAUSE_MARKER"]).touch()
+                time.sleep(float(seconds))
     target = os.environ.get("AMAGO_CRASH_AT")
     if not target:
         return

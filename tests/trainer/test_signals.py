@@ -64,3 +64,87 @@ def test_a_real_hang_still_ends_in_one_line(tmp_path, mode):
     assert line.startswith("amago-train: error: ") and "did not return from" in line
     assert "within env.step_timeout=1s" in line
     assert time.monotonic() - start < 60
+
+
+# --- Ctrl-C twice: never a traceback ----------------------------------------------------------------------------
+LONG = [*TINY, "trainer.threads=1", "trainer.epochs=100000", "trainer.ckpt_interval=null"]
+
+
+def _start_paused(tmp_path: Path, run: Path, pause_at: str) -> subprocess.Popen:
+    """A long run whose loop holds for a while the first time it reaches `pause_at` (rundir.crash_point), touching
+    tmp_path/paused then."""
+    env = {**_env(), "AMAGO_PAUSE_AT": f"{pause_at}:1:6", "AMAGO_PAUSE_MARKER": str(tmp_path / "paused")}
+    return subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *LONG, f"hydra.run.dir={run}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _states_intact(run: Path) -> list[int]:
+    from amago_app.rundir import Checkpoints, read_checkpoint
+
+    ck = Checkpoints(run)
+    for e in ck.saved_epochs():
+        read_checkpoint(ck.state_dir(e) / "main.pt"), read_checkpoint(ck.state_dir(e) / "rank0.pt")
+    return ck.saved_epochs()
+
+
+def test_a_second_ctrl_c_while_the_state_is_written_stops_after_the_save(tmp_path):
+    run = tmp_path / "run"
+    proc = _start_paused(tmp_path, run, "before-publish")  # the first save: the one the first Ctrl-C asks for
+    try:
+        _wait_for(run / "metrics" / "buffer.jsonl", proc)
+        proc.send_signal(signal.SIGINT)
+        _wait_for(tmp_path / "paused", proc)  # main.pt and rank0.pt written, not yet published
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in out + err, err[-3000:]
+    assert "Ctrl-C: stopping once the training state being written is saved (Ctrl-C again: quit now without it)" in out
+    assert f"continue with:\n  amago-train resume={run}" in out, out[-2000:]
+    (epoch,) = _states_intact(run)
+    assert not list(run.rglob(".tmp-*"))
+    r = amago_cli("train", f"resume={run}", f"trainer.epochs={epoch + 2}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _states_intact(run) == [epoch, epoch + 1]
+
+
+def test_a_third_ctrl_c_while_the_state_is_written_quits_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    proc = _start_paused(tmp_path, run, "before-publish")
+    try:
+        _wait_for(run / "metrics" / "buffer.jsonl", proc)
+        proc.send_signal(signal.SIGINT)
+        _wait_for(tmp_path / "paused", proc)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in out + err, err[-3000:]
+    assert err.strip().splitlines()[-1] == ("Ctrl-C again: quit without the training state being written; no "
+                                            "training state was saved yet; start it again with: amago-train "
+                                            f"resume={run}")
+    assert _states_intact(run) == []
+    r = amago_cli("train", f"resume={run}", "trainer.epochs=1", cwd=tmp_path)  # the printed command works
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _states_intact(run) == [0] and not list(run.rglob(".tmp-*"))
+
+
+def test_ctrl_c_twice_outside_a_save_quits_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    proc = _start_paused(tmp_path, run, "collect")  # after the first collection, before any state
+    try:
+        _wait_for(tmp_path / "paused", proc)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in out + err, err[-3000:]
+    assert err.strip().splitlines()[-1] == (f"Ctrl-C again: quit without saving this epoch; no training state was "
+                                            f"saved yet; start it again with: amago-train resume={run}")

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.cli.errors import one_line_warnings, report_user_errors
 from amago_app.config import config_dir, setup
-from amago_app.trainer.stopping import EXIT_CODES
+from amago_app.trainer.stopping import EXIT_CODES, QuitWithoutSaving
 
 setup()
 _stopped_by: str | None = None  # "SIGINT" / "SIGTERM" when a signal stopped training (the state is saved)
@@ -197,6 +197,20 @@ def _claim_output_dir(args: list[str]):
     return lock
 
 
+def _quit(e: KeyboardInterrupt, lock) -> None:
+    """A Ctrl-C that training did not turn into a saved stop (a second one, or one during start-up) ends the
+    command in one line, with the exit code of a Ctrl-C, never a traceback."""
+    message = str(e) if isinstance(e, QuitWithoutSaving) else "Ctrl-C: quit before training started"
+    run_dir = lock.path.parent if lock is not None else None
+    if not isinstance(e, QuitWithoutSaving) and run_dir is not None and (run_dir / "config.yaml").is_file():
+        from amago_app.rundir import Checkpoints
+
+        how = "continue it" if Checkpoints(run_dir).saved_epochs() else "start it again"
+        message += f"; {how} with: amago-train resume={run_dir}"
+    print(message, file=sys.stderr, flush=True)
+    sys.exit(EXIT_CODES["SIGINT"])
+
+
 def _pin(key: str, path: Path) -> None:
     """Hand Hydra the directory chosen here (its own `${now:...}` could name the next second)."""
     sys.argv[1:] = [a for a in sys.argv[1:] if not a.startswith(key + "=")] + [f"{key}={_quoted(path)}"]
@@ -209,12 +223,17 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
     _exit_with_launcher()
     one_line_warnings("amago-train")
-    with report_user_errors("amago-train"):
-        _check_resume(sys.argv[1:])
-        _check_composition(sys.argv[1:])
-        lock = _claim_output_dir(sys.argv[1:])
+    lock = None
     try:
+        with report_user_errors("amago-train"):
+            _check_resume(sys.argv[1:])
+            _check_composition(sys.argv[1:])
+            lock = _claim_output_dir(sys.argv[1:])
         _main()
+    except KeyboardInterrupt as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        _quit(e, lock)
     finally:
         if lock is not None:
             lock.release()

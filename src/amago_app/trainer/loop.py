@@ -517,11 +517,12 @@ class Trainer:
                               f"{self.guard.in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
             return
         weights = policy_weights(self.agent) if self.is_main else None
-        if due:
-            checkpointing.save(self.state, self.ckpts, epoch, self.rank, self.is_main,
-                               self.accelerator.num_processes, self.accelerator.wait_for_everyone, weights)
-        if t.always_save_latest and self.is_main:
-            self.ckpts.write_weights(epoch, weights, keep_epoch_copy=False)
+        with self.stop.saving():  # a second Ctrl-C now waits for the state (trainer/stopping.py)
+            if due:
+                checkpointing.save(self.state, self.ckpts, epoch, self.rank, self.is_main,
+                                   self.accelerator.num_processes, self.accelerator.wait_for_everyone, weights)
+            if t.always_save_latest and self.is_main:
+                self.ckpts.write_weights(epoch, weights, keep_epoch_copy=False)
 
     def start_again(self) -> None:
         """`resume=` of a run that stopped before its first training state: it starts from the beginning, without

@@ -3,7 +3,10 @@
 A first Ctrl-C (SIGINT) or a SIGTERM (what `kill`, `timeout` and cluster schedulers send before they kill a
 job, e.g. SLURM at the end of a time limit or on preemption) ends the current phase after its current step;
 the loop then saves a training state and returns, and `amago-train` exits with 130 (SIGINT) or 143 (SIGTERM)
-after printing the `resume=` command. A second Ctrl-C quits at once without saving.
+after printing the `resume=` command. A second Ctrl-C quits at once without saving, in one line (exit 130); while
+a training state is being written it waits for that state instead (raised into the writer, it would end in a
+traceback with the state half-written), and a third quits at once (the state being written is never published
+half-way: the last saved one stays intact).
 
 A SIGTERM must end the run within seconds, also when the loop never gets to see the request (an env stuck in
 a step, a hung call): if the loop has not taken note of it within `ACK_SECONDS`, the process exits with 143
@@ -21,11 +24,16 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 #: seconds the loop has to take note of a SIGTERM before the process exits without saving this epoch
 ACK_SECONDS = 5.0
+
+
+class QuitWithoutSaving(KeyboardInterrupt):
+    """A second Ctrl-C: the run quits at once without saving this epoch; the message says what is saved."""
 
 
 class StopRequest:
@@ -36,6 +44,8 @@ class StopRequest:
         self._previous: dict[int, object] = {}
         self._noted = threading.Event()
         self._last_saved = last_saved  # says where the last saved state is (and how to resume it)
+        self._saving = False  # a training state is being written (a second Ctrl-C waits for it)
+        self._hurried = False  # a second Ctrl-C came while it was
 
     def __bool__(self) -> bool:
         return self.signal is not None
@@ -43,6 +53,22 @@ class StopRequest:
     def note(self) -> None:
         """The loop saw the request and is on its way to saving: no forced exit."""
         self._noted.set()
+
+    @contextmanager
+    def saving(self) -> Iterator[None]:
+        """Around writing a training state: a Ctrl-C that would quit at once waits until it is saved."""
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
+
+    def _where(self) -> str:
+        """`; <where the last saved state is and how to continue>`, in one line ('' if that cannot be said)."""
+        try:
+            return "; " + " ".join(self._last_saved().split("\n  ")) if self._last_saved is not None else ""
+        except Exception:  # noqa: BLE001 - the stop must happen whatever the description does
+            return ""
 
     def _exit_unless_noted(self) -> None:
         if self._noted.wait(ACK_SECONDS):
@@ -72,9 +98,19 @@ class StopRequest:
         self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
+        if self.signal is not None and signum == signal.SIGINT and self._saving:
+            if not self._hurried:
+                self._hurried = True
+                print("\nCtrl-C: stopping once the training state being written is saved (Ctrl-C again: quit now "
+                      "without it)", flush=True)
+                return
+            # (not raised: an exception inside the writer ends in a traceback; the state is published whole or not)
+            print(f"Ctrl-C again: quit without the training state being written{self._where()}", file=sys.stderr,
+                  flush=True)
+            os._exit(EXIT_CODES["SIGINT"])
         if self.signal is not None and signum == signal.SIGINT:  # the second Ctrl-C: quit now, without saving
             self.release()
-            raise KeyboardInterrupt
+            raise QuitWithoutSaving(f"Ctrl-C again: quit without saving this epoch{self._where()}")
         if self.signal is None:
             self.signal = signal.Signals(signum).name
             how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
