@@ -53,6 +53,18 @@ CASES = {
                                 "env 'Faulty-wrong_shape' returned the observation with shape (3,) at step 3"),
     "NaN reward": (FAULTY + ["+env.make.fault=nan_reward"],
                    "env 'Faulty-nan_reward' returned a non-finite reward (nan) at step 3"),
+    "negative step timeout": (["env.step_timeout=-1"],
+                              "env.step_timeout=-1.0 must be a number of seconds > 0 and at most 1e9, or null for no "
+                              "limit"),
+    "infinite learning rate": (["trainer.learning_rate=inf"], "trainer.learning_rate=inf must be a finite number >= 0"),
+    "negative learning rate": (["trainer.learning_rate=-0.1"],
+                               "trainer.learning_rate=-0.1 must be a finite number >= 0"),
+    "NaN gradient clip": (["trainer.grad_clip=nan"], "trainer.grad_clip=nan must be a finite number > 0"),
+    # 4 actors x 1e9 steps of keys and values: hundreds of GiB, refused before anything is allocated
+    "max_seq_len beyond the memory": (["max_seq_len=1000000000"],
+                                      "max_seq_len=1000000000 needs 506.6 GiB for the rollout memory of 4 actors "
+                                      "(TransformerTrajEncoder: 1000000000 steps of context each), more than the "),
+    "env.max_seq_len beyond the memory": (["env.max_seq_len=1000000000"], "max_seq_len=1000000000 needs 506.6 GiB"),
 }
 
 
@@ -102,3 +114,37 @@ def test_env_faults_in_process():
                                                  r"env.nan_to_num=true"):
                 envs.step(np.zeros((2, 1), np.int64))
         envs.close()
+
+
+@pytest.mark.parametrize("arg", ["env.step_timeout=-1", "trainer.learning_rate=inf"])
+def test_a_value_that_cannot_work_is_refused_before_the_run_directory_is_made(tmp_path, arg):
+    run = tmp_path / "run"
+    r = train(arg, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-3000:]
+    assert not run.exists()
+
+
+def test_no_step_timeout_is_null():
+    from amago_app.config.values import check_values
+    from conftest import compose_config
+
+    check_values(compose_config(["env.step_timeout=null"]))
+    for bad in ("0", "nan", "inf", "1e12"):
+        with pytest.raises(ValueError, match=f"^env.step_timeout={bad.replace('1e12', '1000000000000.0')}"):
+            check_values(compose_config([f"env.step_timeout={bad}"]))
+
+
+def test_a_run_whose_weights_go_non_finite_says_no_state_was_saved_and_fails(tmp_path):
+    """A finite but huge learning rate: no epoch can be saved, so the run does not end as a success, and neither
+    the warnings nor the error claim a checkpoint that does not exist."""
+    run = tmp_path / "run"
+    r = train("trainer.learning_rate=1e12", "trainer.epochs=2", "trainer.ckpt_interval=1", f"hydra.run.dir={run}",
+              cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert lines[0].startswith("amago-train: warning: not saving epoch 0: the weights are non-finite or its last ")
+    assert lines[0].endswith("update(s) were; no training state was saved yet"), lines
+    # (here: the final epoch's state cannot be saved; a policy that NaN weights break in a rollout first stops there)
+    assert lines[-1].startswith("amago-train: error: training stopped at epoch "), lines
+    assert lines[-1].endswith("; no good checkpoint was saved"), lines
+    assert not (run / "ckpts" / "training_states").exists() or not any((run / "ckpts" / "training_states").iterdir())

@@ -87,6 +87,20 @@ def test_bad_input_exits_non_zero_from_the_shell(run):
     assert r.returncode == 2 and r.stderr.strip() == "amago-eval: error: episodes='abc' must be an integer >= 1"
 
 
+@pytest.mark.parametrize("arg, message", [
+    ("episodes=99999999999999999999999",
+     "episodes=99999999999999999999999 must be an integer >= 1 and at most 9223372036854775807"),
+    ("seed=-99999999999999999999999", "seed=-99999999999999999999999 must be an integer between -9223372036854775807 "
+                                      "and 9223372036854775807"),
+    ("env.step_timeout=-1", "env.step_timeout=-1 must be a number of seconds > 0 and at most 1e9, or null for no "
+                            "limit"),
+])
+def test_values_that_cannot_work_are_one_line_from_the_shell(run, arg, message):
+    cwd, run_dir = run
+    r = amago("eval", str(run_dir), arg, cwd=cwd)
+    assert r.returncode == 2 and r.stderr.strip() == f"amago-eval: error: {message}", r.stderr[-3000:]
+
+
 def test_videos_are_real_mp4_and_gif_files(run):
     cwd, run_dir = run
     folder = cwd / "videos"

@@ -110,8 +110,11 @@ def _check_composition(args: list[str]) -> None:
         return
     from hydra import compose, initialize_config_dir
 
+    from amago_app.config.values import check_values
+
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        compose("config", overrides=[a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))])
+        cfg = compose("config", overrides=[a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))])
+    check_values(cfg)  # (before a directory is claimed: a value that cannot work leaves nothing behind)
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")

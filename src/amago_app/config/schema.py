@@ -46,9 +46,9 @@ class EnvConfig:
     """sync (in-process) | async (one process per actor) | already_vectorized (make returns a VectorEnv)."""
     mp_context: Optional[str] = None
     """multiprocessing start method for mode=async (fork, forkserver, spawn); null = platform default."""
-    step_timeout: float = 300.0
+    step_timeout: Optional[float] = 300.0
     """Seconds an env may take for one step or reset (sync and async mode) before the run fails, naming it, instead
-    of hanging."""
+    of hanging; null: no limit."""
     nan_to_num: bool = False
     """Replace NaN/inf observations and rewards (NaN -> 0, inf -> largest finite); default: fail at that step."""
 

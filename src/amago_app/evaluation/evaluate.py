@@ -31,8 +31,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import config_dir, setup
 from amago_app.config.overrides import GROUPS, apply_overrides, check_config, trusted_run_config
+from amago_app.config.values import check_values
 from amago_app.data.recorder import TrajectoryRecorder
-from amago_app.interaction.build import build_agent, build_envs, env_seed
+from amago_app.interaction.build import build_agent, build_envs, check_rollout_memory, env_seed
 from amago_app.interaction.rollout import Rollout, RolloutStats
 from amago_app.logging.curves import load_run, t95
 from amago_app.rundir import (CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, atomic_write_new, locate,
@@ -82,6 +83,8 @@ _OPTION_TYPES = {"episodes": (int, 1, False), "max_steps": (int, 1, True), "samp
                  "parallel_actors": (int, 1, True), "save_trajs_to": (str, None, True), "output": (str, None, True),
                  "seed": (int, None, False), "cpu": (bool, None, False), "allow_targets": (list, None, False),
                  "video.episodes": (int, 0, False), "video.fps": (int, 1, True), "video.dir": (str, None, True)}
+#: the largest integer option (episodes, steps and seeds are counted in int64 arrays)
+_INT_MAX = 2**63 - 1
 CHOICES = {"checkpoint": "latest, best or an epoch number (e.g. checkpoint=30)",
            "video.format": " | ".join(VIDEO_FORMATS)}
 
@@ -104,9 +107,11 @@ def _checked_option(name: str, value):
     if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)  # output=123 is a file name
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok or (low is not None and value < low):
+    if not ok or (low is not None and value < low) or (kind is int and abs(value) > _INT_MAX):
         what = {int: "an integer", bool: "true or false", str: "a path", list: "a list like [my_pkg.*]"}[kind]
         bound = f" >= {low}" if low is not None else ""
+        if ok and kind is int:  # the rollout counts episodes and steps in int64 arrays
+            bound += f" and at most {_INT_MAX}" if low is not None else f" between -{_INT_MAX} and {_INT_MAX}"
         raise ValueError(f"{name}={value!r} must be {what}{bound}")
     return value
 
@@ -198,6 +203,7 @@ def eval_config(run_dir: Path, overrides: Sequence[str], allow_targets: Sequence
         others = [x for x in others if not x.startswith("env.")]
     cfg = apply_overrides(cfg, others)
     check_config(cfg, f"the config of {run_dir} with this command's overrides")  # e.g. trainer.batch_size=abc
+    check_values(cfg)  # e.g. env.step_timeout=-1
     return cfg
 
 
@@ -245,6 +251,7 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
     device = torch.device("cuda" if torch.cuda.is_available() and not opts.cpu else "cpu")
     envs = build_envs(cfg, "test", num_actors=opts.parallel_actors)
     agent = build_agent(cfg, envs).to(device)
+    check_rollout_memory(cfg, agent, envs.num_envs, device)
     load_weights(agent, weights)
     sample = cfg.trainer.sample_actions_val if opts.sample is None else opts.sample
     recorder = None

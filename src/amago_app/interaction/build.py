@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -76,6 +77,29 @@ def build_agent(cfg: DictConfig, envs: AMAGOEnv) -> BaseAgent:
         raise ValueError(f"agent._target_ built a {type(agent).__name__}, which does not implement "
                          "amago_app.agents.base.BaseAgent (subclass it: its docstring is the agent contract)")
     return agent
+
+
+def check_rollout_memory(cfg: DictConfig, agent: BaseAgent, rows: int, device: torch.device) -> None:
+    """Refuse a `max_seq_len` whose rollout memory (a Transformer's key/value cache of `max_seq_len` steps for each of
+    `rows` actors) does not fit in the memory `device` has available now, in one line with the size it would take
+    and the largest value that fits; without this the first rollout step dies in the allocator (or swaps)."""
+    encoder = getattr(agent, "traj_encoder", None)
+    need = encoder.rollout_state_bytes(rows) if hasattr(encoder, "rollout_state_bytes") else 0
+    if need == 0:
+        return
+    if device.type == "cuda":
+        available, where = torch.cuda.mem_get_info(device)[0], f"{device} has free"
+    else:
+        import psutil
+
+        available, where = psutil.virtual_memory().available, "this machine has available"
+    if need <= available:
+        return
+    fits = max(0, available * cfg.max_seq_len // need)
+    raise ValueError(f"max_seq_len={cfg.max_seq_len} needs {need / 2**30:,.1f} GiB for the rollout memory of {rows} "
+                     f"actors ({type(encoder).__name__}: {cfg.max_seq_len} steps of context each), more than the "
+                     f"{available / 2**30:,.1f} GiB {where}: set a lower max_seq_len (or env.max_seq_len; at most "
+                     f"{fits:,} fits)")
 
 
 def build_exploration(cfg: DictConfig, envs: AMAGOEnv, seed: int):

@@ -20,6 +20,7 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig
 
+from amago_app.interaction.build import check_rollout_memory
 from amago_app.interaction.rollout import actor_sampling, balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
@@ -80,6 +81,8 @@ class Trainer:
         self.buffer.expect(trajectory_spec(self.train_envs))  # files that do not fit are skipped and counted
         self.loader = build_loader(cfg, self.buffer, self.actor_rank, self.device, self.compiled.value)
         self.model, self.agent, self.optimizer, self.scheduler = build_learner(cfg, acc, self.train_envs)
+        # before any rollout (or the rollout step's compilation below) allocates its memory
+        check_rollout_memory(cfg, self.agent, self.train_envs.num_envs + self.val_envs.num_envs, self.device)
         if isinstance(self.train_sampling(), torch.Tensor) and not getattr(self.agent, "per_env_sampling", False):
             raise ValueError(f"trainer.greedy_actor_fraction={t.greedy_actor_fraction} mixes greedy and sampling "
                              f"actors, but {type(self.agent).__name__}.get_actions does not declare that it takes "
@@ -419,7 +422,9 @@ class Trainer:
         try:
             while c.epoch < t.epochs and not interrupted:
                 interrupted = self.run_epoch(started)
-            if interrupted:
+            if interrupted and not self.ckpts.state_dir(c.epoch - 1).is_dir():  # (non-finite weights are not saved)
+                print(f"interrupted: epoch {c.epoch - 1} was not saved; {self._last_saved()}", flush=True)
+            elif interrupted:
                 print(f"interrupted: training state saved at epoch {c.epoch - 1} "
                       f"({self.ckpts.state_dir(c.epoch - 1)}); continue with:\n  {self.resume_command()}",
                       flush=True)
@@ -512,9 +517,14 @@ class Trainer:
         if not (due or t.always_save_latest):
             return
         if not self.guard.healthy(self.agent.state_dict()):
+            why = f"the weights are non-finite or its last {self.guard.in_a_row} update(s) were"
+            if last_epoch:  # a run whose final state cannot be saved has not succeeded
+                raise self._diverged(f"{why}, so the final training state (epoch {epoch}) cannot be saved")
             if self.is_main:
-                warnings.warn(f"not saving epoch {epoch}: the weights are non-finite or its last "
-                              f"{self.guard.in_a_row} update(s) were; keeping the last good checkpoint", stacklevel=2)
+                good = self.ckpts.latest_state_dir()
+                kept = (f"the last good training state is {good}" if good is not None
+                        else "no training state was saved yet")
+                warnings.warn(f"not saving epoch {epoch}: {why}; {kept}", stacklevel=2)
             return
         weights = policy_weights(self.agent) if self.is_main else None
         with self.stop.saving():  # a second Ctrl-C now waits for the state (trainer/stopping.py)

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from amago_app.config import setup
 from amago_app.config.overrides import apply_overrides, check_config, record_command, trusted_run_config
+from amago_app.config.values import check_values
 from amago_app.rundir import (CONFIG_FILE, HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock,
                               claim_fresh_run_dir, describe_os_error, filesystem_error, resume_target, save_config)
 from amago_app.trainer import checkpointing
@@ -99,6 +100,7 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
         else:
             cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation must resolve before anything starts
+        check_values(cfg)
         if is_main and lock is None:  # a new run: never in a directory that holds a run or other files
             run_dir, lock = claim_fresh_run_dir(run_dir, allowed=HYDRA_ENTRIES)
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,11 @@ class TrajEncoder(nn.Module):
     def init_hidden_state(self, batch_size: int, device: torch.device) -> Any:
         return None
 
+    def rollout_state_bytes(self, batch_size: int) -> int:
+        """At most how many bytes the hidden state of `batch_size` rollout rows takes once it is in use (what
+        `max_seq_len` makes an encoder allocate before its first step: checked against the memory there is)."""
+        return 0
+
     def reset_hidden_state(self, hidden_state: Any, dones: torch.Tensor) -> Any:
         """Forget the context of rows whose rollout ended (`dones`: bool (N,))."""
         return hidden_state

@@ -126,6 +126,10 @@ class TransformerTrajEncoder(TrajEncoder):
     def reset_hidden_state(self, hidden_state, dones):
         return None if hidden_state is None else hidden_state.reset(dones)
 
+    def rollout_state_bytes(self, batch_size: int) -> int:
+        # KVCache: keys and values of every layer (fp32 at most) and the step index of each slot (int64)
+        return batch_size * self.max_seq_len * (2 * self.n_layers * self.d_model * 4 + 8)
+
     def forward(self, seq, time_idxs, hidden_state: KVCache | None = None):
         positions = time_idxs[..., 0]
         if hidden_state is None:
