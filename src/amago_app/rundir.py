@@ -576,7 +576,7 @@ class Checkpoints:
             record = json.loads(self.best_info.read_bytes())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # (RecursionError: nested deeper than json recurses)
             raise RunDirError(f"{self.best_info} is unreadable ({type(e).__name__})") from None
         ok = (isinstance(record, dict) and isinstance(record.get("epoch"), int)
               and isinstance(record.get("val_return"), (int, float)) and np.isfinite(record["val_return"]))

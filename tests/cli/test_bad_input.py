@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, amago, amago_cli, copy_run
 
 TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
@@ -148,3 +148,19 @@ def test_a_run_whose_weights_go_non_finite_says_no_state_was_saved_and_fails(tmp
     assert lines[-1].startswith("amago-train: error: training stopped at epoch "), lines
     assert lines[-1].endswith("; no good checkpoint was saved"), lines
     assert not (run / "ckpts" / "training_states").exists() or not any((run / "ckpts" / "training_states").iterdir())
+
+
+def test_a_metrics_line_nested_too_deep_is_skipped_naming_the_file_and_line(saved_run, tmp_path):
+    """`[[[[...]]]]` 100,000 deep is more than json's parser can recurse into: amago-plot, amago-summary (the table
+    that ends a sweep) and resume skip that line with a warning, as any other line that is not a record."""
+    run = copy_run(saved_run, tmp_path / "run")
+    path = run / "metrics" / "val.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(1, "[" * 100_000 + "]" * 100_000 + "\n")
+    path.write_text("".join(lines))
+    warning = f"warning: {path}: skipped 1 of {len(lines)} lines that are not JSON records (line 2)"
+    for tool, args in (("plot", ["--metric", "return"]), ("summary", [])):
+        r = amago(tool, str(run), *args, cwd=tmp_path)
+        assert r.returncode == 0 and warning in r.stderr and "Traceback" not in r.stderr, (tool, r.stderr[-3000:])
+    r = amago_cli("train", f"resume={run}", "trainer.epochs=3", cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]

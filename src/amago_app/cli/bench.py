@@ -145,7 +145,7 @@ def read_outcome(run_dir: Path) -> dict | None:
         return None
     try:
         outcome = json.loads(done.read_bytes())
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested deeper than json recurses)
         outcome = None
     if not isinstance(outcome, dict):
         print(f"amago-bench: warning: {done} is damaged; the run counts as not finished", file=sys.stderr)

@@ -150,7 +150,7 @@ def eval_json(run_dir: Path, mode: str) -> Path:
 def _read_json(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (RecursionError: nested deeper than json recurses)
         return None
     return data if isinstance(data, dict) else None
 

@@ -106,10 +106,11 @@ class RunData:
 
 
 def parse_record(line: bytes) -> dict | None:
-    """One record of a metrics file; None for a line that is not a JSON object (cut by a crash, or garbage)."""
+    """One record of a metrics file; None for a line that is not a JSON object (cut by a crash, or garbage, or
+    nested deeper than the parser recurses: RecursionError)."""
     try:
         row = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     return row if isinstance(row, dict) else None
 
@@ -117,15 +118,18 @@ def parse_record(line: bytes) -> dict | None:
 def read_records(path: str | Path, warn: bool = True) -> list[dict]:
     """The records of a metrics file that can be read ([] for a missing file). A last line cut short (a run still
     writing, or killed) is skipped quietly; other lines that are not JSON objects (a damaged or foreign file) are
-    skipped with one warning naming the file."""
+    skipped with one warning naming the file and the lines."""
     try:
-        lines = [ln for ln in Path(path).read_bytes().split(b"\n") if ln.strip()]
+        numbered = [(i + 1, ln) for i, ln in enumerate(Path(path).read_bytes().split(b"\n")) if ln.strip()]
     except FileNotFoundError:
         return []
+    lines = [ln for _, ln in numbered]
     rows = [parse_record(ln) for ln in lines]
-    bad = sum(r is None for r in rows[:-1])
+    bad = [number for (number, _), r in zip(numbered[:-1], rows) if r is None]
     if warn and bad:
-        warnings.warn(f"{path}: skipped {bad} of {len(lines)} lines that are not JSON records", stacklevel=2)
+        where = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        warnings.warn(f"{path}: skipped {len(bad)} of {len(lines)} lines that are not JSON records "
+                      f"(line{'s' if len(bad) > 1 else ''} {where})", stacklevel=2)
     return [r for r in rows if r is not None]
 
 
