@@ -19,13 +19,17 @@ array from them before reading any data), so a few hundred kilobytes cannot make
 
 from __future__ import annotations
 
+import functools
+import io
 import math
 import os
 import pickle
 import stat
+import struct
 import time
 import uuid
 import zipfile
+import zlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -162,18 +166,114 @@ def check_npz_headers(headers: dict[str, tuple[tuple[int, ...], np.dtype]], path
         raise BadTrajectory(f"its arrays decode to {total / 2**30:.3g} GB, more than buffer.max_file_gb="
                             f"{max_bytes / 2**30:g} allows")
     # zero-strided stand-ins: every shape and dtype of the file, no memory behind them
-    layout = Trajectory.from_arrays({k: np.broadcast_to(np.zeros((), dtype), shape)
-                                     for k, (shape, dtype) in headers.items()})
+    check_layout(Trajectory.from_arrays({k: np.broadcast_to(np.zeros((), dtype), shape)
+                                         for k, (shape, dtype) in headers.items()}), spec)
+
+
+def check_layout(layout: Trajectory, spec: TrajectorySpec | None = None) -> None:
+    """`check_npz_headers`'s judgement of shapes and dtypes, on arrays (or stand-ins with their shapes)."""
     if spec is not None:
         spec.check_layout(layout)
         return
-    flat = [k for k, (shape, _) in headers.items() if len(shape) == 0]
+    flat = [k for k, arr in layout.to_arrays().items() if arr.ndim == 0]
     if flat:
         raise BadTrajectory(f"{flat[0]} is a single number, not an array of steps")
     try:
         layout.validate()
     except ValueError as e:
         raise BadTrajectory(str(e)) from None
+
+
+#: the largest file `_read_stored_npz` reads whole (a larger one goes through zipfile)
+_FAST_READ_BYTES = 64 * 2**20
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record (22 bytes, no comment)
+_CENTRAL = struct.Struct("<4s6H3L5H2L")  # central directory file header (46 bytes + name + extra + comment)
+_LOCAL = struct.Struct("<4s5H3L2H")  # local file header (30 bytes + name + extra)
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of a .npy header, parsed by numpy; files of one run repeat a few headers, and
+    numpy's parser (a Python literal evaluation) costs more than reading the array."""
+    f = io.BytesIO(header)
+    version = npy_format.read_magic(f)
+    if version == (1, 0):
+        return npy_format.read_array_header_1_0(f)
+    if version == (2, 0):
+        return npy_format.read_array_header_2_0(f)
+    raise ValueError(f"unsupported .npy format version {version}")
+
+
+def _read_stored_npz(f: BinaryIO, path: str | os.PathLike, max_bytes: int | None) -> dict[str, np.ndarray] | None:
+    """The trajectory arrays of an uncompressed `.npz` exactly as numpy writes one (every member stored, no zip64,
+    no archive comment), each array a view into one read of the whole file; a member's CRC is checked as zipfile
+    checks it. The zip's central directory (at its end, a few hundred bytes) is read first and the file is read
+    whole only if every member is stored, the arrays read make most of it and it is no larger than `max_bytes`
+    (a stored member's bytes on disk are its decoded bytes), so nothing is read that zipfile would not read.
+
+    Anything else (compressed members, any field this reader does not expect) returns None, and the caller reads
+    the file through zipfile, whose checks and messages then apply: a faster route to the same arrays, never a
+    more lenient one. Decoding a small file through zipfile and numpy's header parser costs ~1 ms, ten times the
+    read itself, which bounds how many trajectories a process can draw."""
+    size = os.fstat(f.fileno()).st_size
+    if not _EOCD.size <= size <= min(_FAST_READ_BYTES, max_bytes or _FAST_READ_BYTES):
+        return None
+    fd = f.fileno()
+    try:
+        tail_at = max(0, size - 4096)
+        tail = os.pread(fd, size - tail_at, tail_at)
+        sig, disk, cd_disk, count, total, cd_size, cd_offset, comment = _EOCD.unpack_from(tail, len(tail) - _EOCD.size)
+        if sig != b"PK\x05\x06" or disk or cd_disk or count != total or comment:
+            return None
+        if cd_offset < tail_at or cd_offset + cd_size != size - _EOCD.size:
+            return None
+        members = []  # (name, local header offset, stored bytes, crc)
+        at = cd_offset - tail_at
+        for _ in range(count):
+            (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, elen, clen, _, _, _,
+             local) = _CENTRAL.unpack_from(tail, at)
+            if sig != b"PK\x01\x02" or method != zipfile.ZIP_STORED or flags & 1 or csize != usize:
+                return None
+            member = tail[at + _CENTRAL.size: at + _CENTRAL.size + nlen].decode("utf-8")
+            at += _CENTRAL.size + nlen + elen + clen
+            name = member[:-4] if member.endswith(".npy") else member
+            if name in NPZ_KEYS or name.startswith(OBS_KEY_PREFIX):
+                members.append((name, local, csize, crc))
+        if 2 * sum(m[2] for m in members) < size - 2**16:
+            return None  # mostly members that are never read: zipfile reads only the arrays
+        data = bytearray(size)
+        if os.preadv(fd, [data], 0) != size:
+            return None
+        out: dict[str, np.ndarray] = {}
+        for name, local, csize, crc in members:
+            lsig, _, _, _, _, _, _, _, _, lnlen, lelen = _LOCAL.unpack_from(data, local)
+            start = local + _LOCAL.size + lnlen + lelen
+            if lsig != b"PK\x03\x04" or start + csize > cd_offset or name in out:
+                return None
+            if zlib.crc32(memoryview(data)[start: start + csize]) != crc:
+                return None  # zipfile names the damage
+            if csize < 10 or data[start: start + 6] != b"\x93NUMPY":
+                return None
+            if data[start + 6] == 1:
+                header_end = start + 10 + int.from_bytes(data[start + 8: start + 10], "little")
+            elif data[start + 6] == 2:
+                header_end = start + 12 + int.from_bytes(data[start + 8: start + 12], "little")
+            else:
+                return None
+            if header_end > start + csize:
+                return None
+            shape, fortran, dtype = _npy_header(bytes(data[start:header_end]))
+            if fortran or dtype.kind not in "biuf" or dtype.hasobject:
+                return None
+            n = math.prod(shape)
+            if start + csize - header_end != n * dtype.itemsize:
+                return None
+            out[name] = np.frombuffer(data, dtype=dtype, count=n, offset=header_end).reshape(shape)
+    except (struct.error, ValueError, UnicodeDecodeError, OSError):
+        return None
+    if any(k not in out for k in NPZ_KEYS):
+        return None
+    return out
 
 
 def trajectory_length(path: str | os.PathLike, allow_pickle: bool = False) -> int:
@@ -199,6 +299,12 @@ def load_trajectory(path: str | os.PathLike, allow_pickle: bool = False, spec: T
     path = Path(path)
     if path.suffix == ".npz":
         with open_regular(path) as f:
+            arrays = _read_stored_npz(f, path, max_bytes)
+            if arrays is not None:  # no larger than max_bytes: it was read whole
+                traj = Trajectory.from_arrays(arrays)
+                check_layout(traj, spec)
+                return traj
+            f.seek(0)
             check_npz_headers(npz_headers(f, path), path, spec, max_bytes)
             f.seek(0)
             with np.load(f, allow_pickle=False) as data:
