@@ -193,3 +193,20 @@ def test_a_sigterm_stops_the_running_runs_and_starts_no_more(tmp_path):
     assert "SIGTERM" in (seed0.parent / "seed0.log").read_text()  # it got the signal and said so
     assert not (seed0 / "bench_done.json").exists()  # counts as not finished: the next invocation starts it again
     assert not (seed0.parent / "seed1").exists() and "seed 1" not in stdout  # the next seed never started
+
+
+@pytest.mark.parametrize("suite", [[], ["--suite", "generalization", "--split", "all", "--tasks", "MetaFrozenLake-4x4"]])
+def test_runs_that_fail_make_the_matrix_fail(tmp_path, suite):
+    """Every run refused (a learning rate that cannot work): the report is still written, a line names each failed
+    run, a summary line counts them, and the exit status is not 0."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "amago_app.cli.bench", *(suite or ["--tasks", "cartpole"]), "--seeds", "0,1",
+           "--jobs", "2", "--out", str(out), "--override", "trainer.learning_rate=inf"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}  # (the runs' errors as users see them)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 1, r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 3 and all(" exited 2: see " in line for line in lines[:2]), r.stderr
+    assert lines[-1] == ("amago-bench: 2 of 2 runs failed (the results leave them out; the same command runs them "
+                         "again)"), lines
+    assert "results: " in r.stdout

@@ -629,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    failed = []
     if not args.report_only:
         jobs = jobs_for(names, seeds, out, args.budget_scale, args.override, baseline_seeds)
         stop = StopMatrix()
@@ -647,7 +648,17 @@ def main(argv: list[str] | None = None) -> int:
     write_results(names, out, seeds, baseline_seeds)
     print((out / "results.md").read_text(), end="")
     print(f"results: {out}/results.md, {out}/results.json, {out}/<row>.json and <row>.png")
-    return 0
+    return failed_runs(len(failed), len(jobs) if not args.report_only else 0)
+
+
+def failed_runs(failed: int, runs: int) -> int:
+    """The exit status of a matrix: 1 with a summary line when a run failed (a script or CI must not read a matrix
+    of failed runs as a result), else 0."""
+    if not failed:
+        return 0
+    print(f"amago-bench: {failed} of {runs} runs failed (the results leave them out; the same command runs them "
+          "again)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -423,6 +423,7 @@ def run_suite(args, bench: ModuleType) -> int:
     split, extra = args.split or "tune", list(args.override)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    jobs, failed = [], 0
     if not args.report_only:
         jobs = jobs_for(bench, tasks, seeds, out, extra)
         stop = bench.StopMatrix()
@@ -435,6 +436,7 @@ def run_suite(args, bench: ModuleType) -> int:
         if stop.signal is not None:
             return 128 + stop.signal
         for job, outcome in zip(jobs, outcomes):
+            failed += any(o.get("returncode") != 0 for o in outcome.values())
             for step, o in outcome.items():
                 if o.get("returncode") != 0:
                     log = (bench.log_file(job.run_dir) if step == "train"
@@ -444,4 +446,4 @@ def run_suite(args, bench: ModuleType) -> int:
     write_results(bench, tasks, out, split, seeds, extra)
     print((out / "generalization.md").read_text(), end="")
     print(f"results: {out}/generalization.md, {out}/generalization.json, {out}/<task>.json and <task>.png")
-    return 0
+    return bench.failed_runs(failed, len(jobs))
