@@ -7,6 +7,7 @@ Every buffer hands out *whole* trajectories (`sample_random_trajectory`); the lo
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import logging
 import os
@@ -17,13 +18,15 @@ import warnings
 import zipfile
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from amago_app.data.files import (MAX_FILE_GB, TRAJ_EXTENSIONS, PickleNotAllowed, file_kind, load_trajectory,
-                                  timestamp_of, trajectory_length)
+                                  trajectory_length)
 from amago_app.rundir import RunDirError
 from amago_app.data.timestep import BadTrajectory, Trajectory, TrajectorySpec
 
@@ -31,6 +34,75 @@ log = logging.getLogger(__name__)
 
 #: a `.tmp-*` file in the buffer untouched for this long was left by a killed writer (a write takes milliseconds)
 STALE_TMP_SECONDS = 600
+#: a directory listing is reused while the directory's modification time is unchanged and was this much older than
+#: the listing: a change within the same clock tick as the listing could leave the time unchanged
+UNCHANGED_MARGIN_SECONDS = 2.0
+#: `Disk Usage (GB)` of a directory holding more files than this is estimated from this many of them
+DISK_USAGE_SAMPLE = 10_000
+
+
+@dataclass
+class _Listing:
+    """One directory's trajectory files at one moment: names sorted, as the sampler indexes them."""
+
+    names: list[str]
+    stamp: tuple[int, int] | None  # (inode, mtime ns) of the directory when listed
+    listed_at: float
+    tmp: list[str] = field(default_factory=list)  # `.tmp-*` names seen (writes in progress or left by a kill)
+    odd: list[str] = field(default_factory=list)  # named like trajectory files but not regular files
+    reuses: int = 1  # times a listing too close to the directory's last change may still be reused
+    size_bytes: int | None = None  # the files' total size, once `stats` asked for it
+
+
+class _FileIndex(Sequence):
+    """The sampler's view of fifo/ then protected/: one sorted list of names per directory, a path made only for
+    the file drawn (a million full paths would cost ~150 MB and a second per refresh)."""
+
+    __slots__ = ("parts", "_len")
+
+    def __init__(self, parts: list[tuple[str, list[str]]]):
+        self.parts = parts  # (directory + separator, names)
+        self._len = sum(len(names) for _, names in parts)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):
+        i = int(i)
+        if i < 0:
+            i += self._len
+        for prefix, names in self.parts:
+            if 0 <= i < len(names):
+                return prefix + names[i]
+            i -= len(names)
+        raise IndexError("file index out of range")
+
+    def __contains__(self, path) -> bool:
+        directory, _, name = str(path).rpartition(os.sep)
+        for prefix, names in self.parts:
+            if prefix == directory + os.sep:
+                k = bisect.bisect_left(names, name)
+                return k < len(names) and names[k] == name
+        return False
+
+    def without(self, path: str) -> "_FileIndex":
+        directory, _, name = path.rpartition(os.sep)
+        parts = []
+        for prefix, names in self.parts:
+            if prefix == directory + os.sep:
+                k = bisect.bisect_left(names, name)
+                if k < len(names) and names[k] == name:
+                    names = names[:k] + names[k + 1:]
+            parts.append((prefix, names))
+        return _FileIndex(parts)
+
+
+def _name_time(name: str) -> float:
+    """`timestamp_of` on a bare file name (no Path object: trimming reads a million of them)."""
+    for ext in TRAJ_EXTENSIONS:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return float(name.split("_")[2])
 
 
 class Buffer(ABC):
@@ -177,6 +249,8 @@ class DiskBuffer(Buffer):
         self._lengths: dict[str, int] = {}  # transitions per file, for weighted sampling
         self._weighted: tuple | None = None  # (file list, weight function, cumulative weights) of the last draw
         self._lock = threading.Lock()
+        self._listings: dict[Path, _Listing] = {}
+        self._all_files = _FileIndex([])
         self.refresh()
 
     # --- file index ---------------------------------------------------------------------------------
@@ -191,27 +265,67 @@ class DiskBuffer(Buffer):
     def _list(cls, directory: Path) -> list[str]:
         return sorted(e.path for e in cls._entries(directory))
 
-    def _regular_files(self, directory: Path) -> list[str]:
-        """The trajectory files of `directory` that are regular files; any other path named like one is skipped
-        and counted here, without being opened."""
-        regular = []
-        for entry in self._entries(directory):
-            try:
-                is_file = entry.is_file()  # the directory entry's type; a stat only through a symlink
-            except OSError:
-                is_file = False
-            if is_file:
-                regular.append(entry.path)
-            elif entry.path not in self._skipped:
+    def _listing(self, directory: Path) -> _Listing:
+        """The trajectory files of `directory` that are regular files (any other path named like one is skipped and
+        counted here, without being opened), sorted by name. One `scandir` pass whose entry types need no `stat`;
+        the last listing is reused while the directory is unchanged (see UNCHANGED_MARGIN_SECONDS), so a directory
+        nobody writes to (protected/, a read-only dataset) costs one `stat` per refresh."""
+        try:
+            st = os.stat(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return _Listing([], None, time.time())
+        stamp = (st.st_ino, st.st_mtime_ns)
+        old = self._listings.get(directory)
+        if old is not None and old.stamp == stamp:
+            if old.listed_at - st.st_mtime > UNCHANGED_MARGIN_SECONDS:
+                return old
+            if old.reuses > 0:  # listed right after a change: trusted once more (a missed file waits one refresh)
+                old.reuses -= 1
+                return old
+        listed_at = time.time()
+        names, tmp, odd = [], [], []
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    if name.startswith(".tmp-"):
+                        tmp.append(name)
+                    continue
+                if not name.endswith(TRAJ_EXTENSIONS):
+                    continue
                 try:
-                    kind = file_kind(os.stat(entry.path).st_mode)
-                except FileNotFoundError:  # vanished since the listing, or a symlink to nothing
-                    kind = "symlink to nothing" if os.path.islink(entry.path) else None
-                except OSError as e:
-                    kind = f"path that cannot be examined ({e.strerror})"
-                if kind is not None:
-                    self._skip(entry.path, f"it is a {kind}, not a regular file")
-        return sorted(regular)
+                    is_file = entry.is_file()  # the directory entry's type; a stat only through a symlink
+                except OSError:
+                    is_file = False
+                (names if is_file else odd).append(name)
+        names.sort()
+        for name in odd:
+            path = os.path.join(directory, name)
+            if path in self._skipped:
+                continue
+            try:
+                kind = file_kind(os.stat(path).st_mode)
+            except FileNotFoundError:  # vanished since the listing, or a symlink to nothing
+                kind = "symlink to nothing" if os.path.islink(path) else None
+            except OSError as e:
+                kind = f"path that cannot be examined ({e.strerror})"
+            if kind is not None:
+                self._skip(path, f"it is a {kind}, not a regular file")
+        listing = _Listing(names, stamp, listed_at, tmp, odd)
+        self._listings[directory] = listing
+        return listing
+
+    def _regular_files(self, directory: Path) -> list[str]:
+        prefix = str(directory) + os.sep
+        return [prefix + name for name in self._listing(directory).names]
+
+    @property
+    def fifo_files(self) -> list[str]:
+        return self._regular_files(self.fifo_dir)
+
+    @property
+    def protected_files(self) -> list[str]:
+        return self._regular_files(self.protected_dir)
 
     def _skip(self, path: str, why: str) -> None:
         """Never sample `path` again in this process; named once in the log and counted in `Skipped Files`."""
@@ -220,14 +334,23 @@ class DiskBuffer(Buffer):
             self._skipped.add(path)
 
     def refresh(self) -> None:
-        fifo, protected = self._regular_files(self.fifo_dir), self._regular_files(self.protected_dir)
+        parts = []
+        for directory in (self.fifo_dir, self.protected_dir):
+            prefix = str(directory) + os.sep
+            names = self._listing(directory).names
+            skipped = {p[len(prefix):] for p in self._skipped if p.startswith(prefix)}
+            if skipped:
+                names = [n for n in names if n not in skipped]
+            parts.append((prefix, names))
+        index = _FileIndex(parts)
         with self._lock:
-            self.fifo_files, self.protected_files = fifo, protected
-            self._all_files = [p for p in fifo + protected if p not in self._skipped]
-            alive = set(self._all_files)
-            for path in [p for p in self._cache if p not in alive]:
+            if all(a is b or a == b for a, b in zip(index.parts, self._all_files.parts)) \
+                    and len(index.parts) == len(self._all_files.parts):
+                return  # the same files: the cache, the lengths and the weighted index stay as they are
+            self._all_files = index
+            for path in [p for p in self._cache if p not in index]:
                 self._cache_bytes -= _nbytes(self._cache.pop(path))
-            self._lengths = {p: n for p, n in self._lengths.items() if p in alive}
+            self._lengths = {p: n for p, n in self._lengths.items() if p in index}
 
     def __len__(self) -> int:
         return len(self._all_files)
@@ -285,12 +408,19 @@ class DiskBuffer(Buffer):
             pass
 
     def trim(self) -> int:
-        """Delete the oldest FIFO files beyond `max_size` (by the timestamp in their names)."""
+        """Delete the oldest FIFO files beyond `max_size` (by the timestamp in their names). Below the limit this
+        costs a listing (shared with the refresh that follows); names are read only when there is something to
+        delete."""
+        listing = self._listing(self.fifo_dir)
+        if len(listing.names) + len(listing.odd) <= self.max_size:
+            return 0
+        prefix = str(self.fifo_dir) + os.sep
         dated = []
-        for path in self._list(self.fifo_dir):
+        for name in listing.names + listing.odd:
             try:
-                dated.append((timestamp_of(path), path))
-            except ValueError:
+                dated.append((_name_time(name), name))
+            except (IndexError, ValueError):
+                path = prefix + name
                 if path not in self._misnamed:
                     self._misnamed.add(path)
                     log.warning("not trimming %s: FIFO file names must be envname_writer_time.npz", path)
@@ -298,11 +428,27 @@ class DiskBuffer(Buffer):
         if excess <= 0:
             return 0
         dated.sort()
-        for _, path in dated[:excess]:
+        deleted = {name for _, name in dated[:excess]}
+        try:
+            before = os.stat(self.fifo_dir)
+        except FileNotFoundError:
+            return 0
+        for name in deleted:
             try:
-                os.remove(path)
+                os.remove(prefix + name)
             except FileNotFoundError:  # another process trimmed it first
                 pass
+        if (before.st_ino, before.st_mtime_ns) == listing.stamp:
+            # nobody changed the directory between its listing and these deletions: the listing less the deleted
+            # files is the directory now, up to a change made within the clock tick of the last deletion (reused
+            # once, like any listing made right after a change)
+            try:
+                after = os.stat(self.fifo_dir)
+            except FileNotFoundError:
+                return excess
+            self._listings[self.fifo_dir] = _Listing(
+                [n for n in listing.names if n not in deleted], (after.st_ino, after.st_mtime_ns), time.time(),
+                listing.tmp, [n for n in listing.odd if n not in deleted])
         return excess
 
     def remove_stale_tmp_files(self, now: float | None = None) -> int:
@@ -311,7 +457,7 @@ class DiskBuffer(Buffer):
         now = time.time() if now is None else now
         removed = 0
         for directory in (self.fifo_dir, self.protected_dir):
-            for path in directory.glob(".tmp-*") if directory.is_dir() else ():
+            for path in (directory / name for name in self._listing(directory).tmp):
                 try:
                     if now - path.stat().st_mtime > STALE_TMP_SECONDS:
                         path.unlink()
@@ -327,14 +473,32 @@ class DiskBuffer(Buffer):
         return {"Files Deleted": self.trim(), "Stale Temp Files Removed": self.remove_stale_tmp_files()}
 
     def stats(self) -> dict[str, float]:
+        fifo, protected = self._listing(self.fifo_dir), self._listing(self.protected_dir)
         return {
-            "FIFO Files": len(self.fifo_files),
-            "Protected Files": len(self.protected_files),
+            "FIFO Files": len(fifo.names),
+            "Protected Files": len(protected.names),
             "Total Files": len(self._all_files),
             "Skipped Files": len(self._skipped),
             "Misnamed FIFO Files": len(self._misnamed),
-            "Disk Usage (GB)": _dir_size(self.dir) / 2**30,
+            "Disk Usage (GB)": (self._size_bytes(self.fifo_dir, fifo)
+                                + self._size_bytes(self.protected_dir, protected)) / 2**30,
         }
+
+    def _size_bytes(self, directory: Path, listing: _Listing) -> int:
+        """Total bytes of the listed files: every file `stat`ed up to DISK_USAGE_SAMPLE files, above that the mean
+        of that many spread evenly over the sorted names times their number (a `stat` per file and epoch would
+        cost seconds at a million files, for a figure only logged)."""
+        if listing.size_bytes is None:
+            names = listing.names
+            step = max(1, len(names) // DISK_USAGE_SAMPLE)
+            sizes = []
+            for name in names[::step]:
+                try:
+                    sizes.append(os.stat(os.path.join(directory, name)).st_size)
+                except OSError:  # vanished since the listing
+                    pass
+            listing.size_bytes = int(sum(sizes) * len(names) / len(sizes)) if sizes else 0
+        return listing.size_bytes
 
     # --- sampling -----------------------------------------------------------------------------------
     def load(self, path: str) -> Trajectory:
@@ -359,7 +523,7 @@ class DiskBuffer(Buffer):
 
     def _drop(self, path: str) -> None:
         with self._lock:
-            self._all_files = [p for p in self._all_files if p != path]
+            self._all_files = self._all_files.without(path)
 
     def _length(self, path: str) -> int:
         """Transitions in a file, read once. A file whose length cannot be read counts as one transition: it is
@@ -420,7 +584,8 @@ class DiskBuffer(Buffer):
 
     def get_description(self) -> str:
         return (
-            f"DiskBuffer at {self.dir} ({len(self.fifo_files)} fifo + {len(self.protected_files)} protected files, "
+            f"DiskBuffer at {self.dir} ({len(self._listing(self.fifo_dir).names)} fifo + "
+            f"{len(self._listing(self.protected_dir).names)} protected files, "
             + ("read-only)" if self.read_only else f"capacity {self.max_size} fifo files)")
         )
 
@@ -437,13 +602,3 @@ def _nbytes(traj: Trajectory) -> int:
         a.nbytes for a in (traj.rl2s, traj.time_idxs, traj.rews, traj.dones, traj.actions)
     )
 
-
-def _dir_size(directory: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(directory):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(dirpath, f))
-            except FileNotFoundError:
-                pass
-    return total
