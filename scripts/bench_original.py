@@ -3,9 +3,11 @@
 `bench_update.py --original PATH --original-python PY` starts this script under the original's own Python
 environment (it needs gymnasium 0.29, amago_app needs >= 1.1, so the two never share a process) and reads its
 JSON lines, which carry the same keys as its own rows plus "impl": "original". It builds the original's
-`amago.Experiment` with the same shapes (T-maze, Transformer memory, FF timestep encoder, 7 discount factors,
-4 critics, batch 24, 8 actors) and times its own methods: `train_step`, its DataLoader, `interact` and
-`collect_new_training_data`. It never imports amago_app, and amago_app never imports the original.
+`amago.Experiment` with the same shapes (T-maze, or CartPole-v1 / Pendulum-v1 for the `discrete` / `continuous`
+workloads; Transformer memory, FF timestep encoder, 7 discount factors, 4 critics, batch 24, 8 actors) and times
+its own methods: `train_step`, its DataLoader, `interact` and `collect_new_training_data`. An `update` row also
+carries the FLOPs of one `train_step` and the matrix peak of its dtype, as amago_app's rows do. It never imports
+amago_app, and amago_app never imports the original.
 
     /path/to/original/venv/bin/python scripts/bench_original.py --original /path/to/amago --only update
 """
@@ -22,12 +24,19 @@ import time
 import warnings
 from pathlib import Path
 
-from speed_common import PeakRSS, cpu_name, timed_blocks, wait_for_gpu
+from speed_common import PeakRSS, count_flops, cpu_name, matmul_peak_gflops, timed_blocks, wait_for_gpu
 
-WORKLOADS = {  # name -> (transformer d_model, layers, T-maze corridor = max_seq_len - 1)
+WORKLOADS = {  # name -> (transformer d_model, layers, T-maze corridor = max_seq_len - 1, or (gym id, window))
     "reference": (128, 2, 49),
     "long": (256, 3, 999),
+    "discrete": (128, 2, ("CartPole-v1", 64)),
+    "continuous": (128, 2, ("Pendulum-v1", 64)),
 }
+
+
+def window_of(workload: str) -> int:
+    _, _, env = WORKLOADS[workload]
+    return env[1] if isinstance(env, tuple) else env + 1
 
 
 def configure(d_model: int, layers: int) -> tuple:
@@ -48,14 +57,19 @@ def configure(d_model: int, layers: int) -> tuple:
 def make_experiment(args, tmp: Path, name: str, max_seq_len: int, corridor: int, timesteps: int, batches: int):
     import amago
     from amago.envs import AMAGOEnv
-    from amago.envs.builtin.tmaze import TMazeAltPassive
     from amago.envs.exploration import EpsilonGreedy
     from amago.loading import DiskTrajDataset
 
-    d_model, layers, _ = WORKLOADS[args.workload]
+    d_model, layers, env = WORKLOADS[args.workload]
     tstep, traj, agent = configure(d_model, layers)
 
     def make_env():
+        if isinstance(env, tuple):  # a gymnasium id, as its examples/01_basic_gym.py wraps one
+            import gymnasium as gym
+
+            return AMAGOEnv(gym.make(env[0]), env_name=env[0])
+        from amago.envs.builtin.tmaze import TMazeAltPassive  # (its module imports matplotlib)
+
         return AMAGOEnv(TMazeAltPassive(corridor_length=corridor, penalty=-1.0 / corridor),
                         env_name=f"TMazePassive-H{corridor}")
 
@@ -65,7 +79,8 @@ def make_experiment(args, tmp: Path, name: str, max_seq_len: int, corridor: int,
         tstep_encoder_type=tstep, traj_encoder_type=traj, agent_type=agent,
         make_train_env=make_env, make_val_env=make_env, val_timesteps_per_epoch=max_seq_len,
         parallel_actors=8, env_mode=args.env_mode, exploration_wrapper_type=EpsilonGreedy,
-        traj_save_len=max(max_seq_len, corridor + 1), batch_size=24, dloader_workers=args.dloader_workers,
+        traj_save_len=512 if isinstance(env, tuple) else max(max_seq_len, corridor + 1),  # 512: env=gym's
+        batch_size=24, dloader_workers=args.dloader_workers,
         train_timesteps_per_epoch=timesteps, train_batches_per_epoch=batches, epochs=1_000,
         val_interval=None, ckpt_interval=None, always_save_latest=False, log_to_wandb=False, verbose=False,
         mixed_precision="no",
@@ -83,8 +98,8 @@ def fill(exp) -> None:
 
 
 def bench_update(args, tmp: Path) -> dict:
-    _, _, corridor = WORKLOADS[args.workload]
-    exp = make_experiment(args, tmp, "update", corridor + 1, corridor, args.fill_steps, args.iters)
+    window = window_of(args.workload)
+    exp = make_experiment(args, tmp, "update", window, window - 1, args.fill_steps, args.iters)
     fill(exp)
     exp.policy_aclr.train()
     params = sum(p.numel() for p in exp.policy.trainable_params)
@@ -103,11 +118,21 @@ def bench_update(args, tmp: Path) -> dict:
         for _ in range(args.iters):
             exp.train_step(batch, log_step=False)
 
+    cpu = time.process_time()
     compute = timed_blocks(compute_only, args.blocks, args.iters)
+    cpu_ms = 1000 * (time.process_time() - cpu) / (args.blocks * args.iters)  # (all blocks: bench_update's median)
+    import torch
+
+    flops = count_flops(lambda: exp.train_step(batch, log_step=False))
+    peak = matmul_peak_gflops("float32", str(exp.DEVICE))  # mixed_precision="no" (make_experiment)
+    ups = statistics.median(compute)
     return {"bench": "update", "updates_per_s": round(statistics.median(loaded), 3),
             "updates_per_s_best": round(max(loaded), 3),
-            "updates_per_s_no_loading": round(statistics.median(compute), 3),
-            "updates_per_s_no_loading_best": round(max(compute), 3), "trainable_params": params}
+            "updates_per_s_no_loading": round(ups, 3),
+            "updates_per_s_no_loading_best": round(max(compute), 3), "trainable_params": params,
+            "cpu_ms_per_update_no_loading": round(cpu_ms, 1), "gflop_per_update": round(flops / 1e9, 3),
+            "peak_gflops": round(peak, 1), "peak_dtype": "float32",
+            "peak_fraction": round(flops / 1e9 * ups / peak, 3), "threads": torch.get_num_threads()}
 
 
 def bench_loop(args, tmp: Path) -> dict:
@@ -181,11 +206,15 @@ def main() -> None:
                         "torch 2.13 on CPU its compiled transformer update fails, and compiling costs minutes)")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args()
+    if args.only != "update" and isinstance(WORKLOADS[args.workload][2], tuple):
+        p.error(f"--workload {args.workload} measures `update` only, got --only {args.only}")
     if not args.torch_compile:
         os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read when torch is imported (below)
     if args.smoke:
         args.iters, args.blocks, args.fill_steps, args.contexts, args.rollout_steps = 2, 1, 60, [10, 30], 5
         args.loop_steps, args.loop_updates = 20, 2
+    if isinstance(WORKLOADS[args.workload][2], tuple):  # Pendulum's episodes are 200 steps: fill past the first
+        args.fill_steps = max(args.fill_steps, 210)
     sys.path.insert(0, str(Path(args.original).resolve()))
     import torch
 

@@ -51,6 +51,65 @@ def timed_blocks(run_block, blocks: int, iters: int) -> list[float]:
     return rates
 
 
+def count_flops(run_once) -> int:
+    """Floating-point operations of one call of `run_once` (forward and backward of an update), counted by
+    torch.utils.flop_counter.FlopCounterMode: matrix products and attention, which are nearly all of an
+    update's arithmetic; elementwise work is not counted (it is bound by memory, not by the matrix units)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    try:
+        with counter:
+            run_once()
+    except AssertionError:
+        # its per-module bookkeeping hooks every module output that requires grad, and fails on an output that
+        # has no grad_fn (the original's target critics); the same per-op counts without the module breakdown
+        return _count_flops_without_modules(run_once)
+    wait_for_gpu()
+    return int(counter.get_total_flops())
+
+
+def _count_flops_without_modules(run_once) -> int:
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class Counter(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            count = flop_registry.get(func._overloadpacket)
+            if count is not None:
+                Counter.total += count(*args, **(kwargs or {}), out_val=out)
+            return out
+
+    with Counter():
+        run_once()
+    wait_for_gpu()
+    return int(Counter.total)
+
+
+def matmul_peak_gflops(dtype_name: str, device: str = "cpu", reps: int = 5) -> float:
+    """This machine's matrix peak as one process sees it: GFLOP/s of the best of `reps` large square matmuls in
+    `dtype_name` ("float32", "bfloat16", "float16") on `device`, with the torch thread count already set, so an
+    update's FLOPs per second can be read as a fraction of what the same dtype and threads can do."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    n = 8192 if device.startswith("cuda") else 2048
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    (a @ b).sum().item()  # warm-up: library dispatch, packing buffers, clocks
+    best = float("inf")
+    for _ in range(reps):
+        wait_for_gpu()
+        start = time.perf_counter()
+        a @ b
+        wait_for_gpu()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
 def wait_for_gpu() -> None:
     """CUDA kernels run asynchronously: a block ends when the GPU has finished its work, not when the last
     launch returns (a no-op where torch is not imported or CUDA was never used)."""
