@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -612,6 +613,24 @@ class Checkpoints:
         return None
 
 
+#: what Hydra reads unquoted in an override value and a shell passes on as it is
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./+:@%=-]+")
+
+
+def hydra_quoted(text: str) -> str:
+    """`text` as a quoted Hydra override value that Hydra reads back as `text` (spaces, non-ASCII letters, `=` and
+    `,` survive): a quote is escaped, and so are backslashes, where they precede a quote or end the value."""
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + text.replace("'", "\\'") + "'"
+
+
+def resume_arg(path: str | os.PathLike) -> str:
+    """`resume=<path>` as one shell word that reaches Hydra as `path` (what a printed command must be, so that
+    pasting it into a shell works also for a path with spaces or non-ASCII letters)."""
+    text = str(path)
+    return f"resume={text}" if _PLAIN_VALUE.fullmatch(text) else shlex.quote(f"resume={hydra_quoted(text)}")
+
+
 def find_training_state(path: str | os.PathLike) -> Path:
     """A run directory (newest state), a `ckpts/training_states/epoch_{e}` directory, or its main.pt."""
     path = Path(path).expanduser()
@@ -682,8 +701,10 @@ def load_training_state(state_dir: str | os.PathLike, rank: int) -> tuple[dict, 
         run_dir = run_dir_of_state(state_dir)
         older = [x for x in Checkpoints(run_dir).saved_epochs() if x < int(match.group(1))
                  and not Checkpoints(run_dir).broken_files(x)]
-        hint = (f"; epoch_{older[-1]} is intact (resume={run_dir} continues from the newest intact state)"
-                if older else "; no older state of this run is intact")
+        # (named by its directory: resume=<run dir> takes the newest complete state, this one again)
+        hint = (f"; epoch_{older[-1]} is intact: continue from it with amago-train "
+                f"{resume_arg(Checkpoints(run_dir).state_dir(older[-1]))}" if older
+                else "; no older state of this run is intact")
         raise RunDirError(f"{e}{hint}") from None
     return main, own
 
@@ -738,7 +759,7 @@ class RunLock:
 def _busy(run_dir: Path, holder: str, fresh: bool) -> str:
     if fresh:
         return (f"run directory {run_dir} is in use by process {holder}; start this run in a new directory "
-                f"(hydra.run.dir=<new dir>), or continue that run with resume={run_dir} once it has stopped")
+                f"(hydra.run.dir=<new dir>), or continue that run with {resume_arg(run_dir)} once it has stopped")
     return f"run directory {run_dir} is in use by process {holder}; wait for it to finish or stop it before resuming"
 
 
@@ -784,10 +805,10 @@ def check_fresh_run_dir(run_dir: str | os.PathLike, allowed: tuple[str, ...] = (
     found = [e for e in RUN_ENTRIES if e in entries]
     if found and (run_dir / CONFIG_FILE).is_file() and not Checkpoints(run_dir).saved_epochs():
         raise RunDirError(f"{run_dir} already holds a run ({', '.join(found)}) that saved no training state; start "
-                          f"it again with resume={run_dir} (its saved config), or start this run in a new directory "
+                          f"it again with {resume_arg(run_dir)} (its saved config), or start this run in a new directory "
                           "(hydra.run.dir=<new dir>)")
     if found and (run_dir / CONFIG_FILE).is_file():
-        raise RunDirError(f"{run_dir} already holds a run ({', '.join(found)}); continue it with resume={run_dir}, "
+        raise RunDirError(f"{run_dir} already holds a run ({', '.join(found)}); continue it with {resume_arg(run_dir)}, "
                           "or start this run in a new directory (hydra.run.dir=<new dir>)")
     if found:
         raise RunDirError(f"{run_dir} holds part of a run ({', '.join(found)}) without its {CONFIG_FILE}, which no "

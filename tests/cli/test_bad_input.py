@@ -65,6 +65,9 @@ CASES = {
                                       "max_seq_len=1000000000 needs 506.6 GiB for the rollout memory of 4 actors "
                                       "(TransformerTrajEncoder: 1000000000 steps of context each), more than the "),
     "env.max_seq_len beyond the memory": (["env.max_seq_len=1000000000"], "max_seq_len=1000000000 needs 506.6 GiB"),
+    "unquoted non-ASCII resume path": (["resume=/no/such/rün é"],
+                                       "resume=/no/such/rün é: Hydra reads a path with spaces, non-ASCII letters or "
+                                       "other special characters only in quotes: \"resume='<path>'\""),
 }
 
 
@@ -164,3 +167,15 @@ def test_a_metrics_line_nested_too_deep_is_skipped_naming_the_file_and_line(save
         assert r.returncode == 0 and warning in r.stderr and "Traceback" not in r.stderr, (tool, r.stderr[-3000:])
     r = amago_cli("train", f"resume={run}", "trainer.epochs=3", cwd=tmp_path)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("path", ["/runs/plain-1.5", "/tmp/rün é", "/a b/c'd", "/a\\b/c", "/x\\", "/a,b=c", '/a"b'])
+def test_a_printed_resume_argument_reaches_hydra_as_the_path(path):
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from amago_app.rundir import resume_arg
+
+    (word,) = shlex.split(resume_arg(path))
+    assert OverridesParser.create().parse_overrides([word])[0].value() == path

@@ -114,3 +114,37 @@ def test_the_skipped_count_equals_the_files_named(saved_run, tmp_path):
     named = set(re.findall(r"skipping trajectory file (\S+?):? ", log))
     assert named == set(files[:5])
     assert read_jsonl(run / "metrics" / "buffer.jsonl")[-1]["buffer/Skipped Files"] == len(named)
+
+
+class _RunsCode:
+    """What a crafted checkpoint would hold: unpickling it runs a shell command (it must never be unpickled)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_refused_newest_state_names_a_command_that_continues_from_an_intact_one(saved_run, tmp_path):
+    """A crafted newest state (a complete archive whose pickle would run code) of a run in a directory that Hydra
+    reads only quoted (a space, non-ASCII letters): `resume='<run>'` is refused in one line, and the command that
+    line names, pasted into a shell, continues from the intact epoch_0 (resume=<run> would pick the same state)."""
+    import shlex
+
+    import torch
+
+    run = copy_run(saved_run, tmp_path / "rün é")
+    marker = tmp_path / "ran"
+    torch.save({"agent": _RunsCode(marker)}, Checkpoints(run).state_dir(1) / "main.pt")
+    line = one_line_error(amago_cli("train", f"resume='{run}'", cwd=tmp_path), "train")
+    assert "holds objects other than tensors and plain values" in line and "epoch_0 is intact" in line, line
+    command = shlex.split(line.rsplit("continue from it with ", 1)[1])
+    assert command[0] == "amago-train" and len(command) == 2, command
+    r = amago_cli("train", *command[1:], "trainer.epochs=3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming from epoch_0" in r.stderr and not marker.exists()
+    assert Checkpoints(run).saved_epochs() == [0, 1, 2]
+    read_checkpoint(Checkpoints(run).state_dir(1) / "main.pt")  # the new epoch 1, not the crafted one

@@ -73,14 +73,35 @@ def _main(cfg: DictConfig) -> float:
     return math.nan if value is None else float(value)
 
 
+def _resume_path(args: list[str]) -> str | None:
+    """The path of the last `resume=` as Hydra reads it (`resume='/runs/ränn 1'` is the path without its quotes);
+    None without one, for `resume=null` and for a sweep over several."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    path = None
+    for arg in args:
+        if not arg.startswith("resume="):
+            continue
+        try:
+            (override,) = OverridesParser.create().parse_overrides([arg])
+        except OverrideParseException:
+            raise ValueError(f"{arg}: Hydra reads a path with spaces, non-ASCII letters or other special characters "
+                             "only in quotes: \"resume='<path>'\" (the path in single quotes, the whole argument in "
+                             "double quotes for the shell)") from None
+        value = None if override.is_sweep_override() else override.value()
+        path = None if value in (None, "") else str(value)
+    return path
+
+
 def _check_resume(args: list[str]) -> None:
     """A bad `resume=` path fails here with one line: Hydra would resolve it inside `hydra.run.dir` first and
     wrap the error in its own report."""
-    for arg in args:
-        if arg.startswith("resume=") and arg[len("resume="):] not in ("", "null") and "," not in arg:
-            from amago_app.rundir import resume_target
+    path = _resume_path(args)
+    if path is not None:
+        from amago_app.rundir import resume_target
 
-            resume_target(arg[len("resume="):])
+        resume_target(path)
 
 
 def _launched() -> bool:
@@ -142,7 +163,9 @@ def _output_dir(args: list[str], key: str) -> tuple[Path, bool] | None:
 
 def _quoted(path: Path) -> str:
     """`path` as a quoted Hydra override value (spaces, `=` and `,` survive)."""
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    from amago_app.rundir import hydra_quoted
+
+    return hydra_quoted(str(path))
 
 
 def _claim_output_dir(args: list[str]):
@@ -163,8 +186,7 @@ def _claim_output_dir(args: list[str]):
             _private_hydra_dir = Path(tempfile.mkdtemp(prefix=f"amago-rank{os.environ['RANK']}-"))
             _pin("hydra.run.dir", _private_hydra_dir)
         return None
-    resume = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
-    resume = resume[-1] if resume and resume[-1] not in ("", "null") else None
+    resume = _resume_path(args)
     if any(a in MULTIRUN_FLAGS for a in args):
         if resume is not None:
             return None
@@ -206,10 +228,10 @@ def _quit(e: KeyboardInterrupt, lock) -> None:
     message = str(e) if isinstance(e, QuitWithoutSaving) else "Ctrl-C: quit before training started"
     run_dir = lock.path.parent if lock is not None else None
     if not isinstance(e, QuitWithoutSaving) and run_dir is not None and (run_dir / "config.yaml").is_file():
-        from amago_app.rundir import Checkpoints
+        from amago_app.rundir import Checkpoints, resume_arg
 
         how = "continue it" if Checkpoints(run_dir).saved_epochs() else "start it again"
-        message += f"; {how} with: amago-train resume={run_dir}"
+        message += f"; {how} with: amago-train {resume_arg(run_dir)}"
     print(message, file=sys.stderr, flush=True)
     sys.exit(EXIT_CODES["SIGINT"])
 

@@ -8,7 +8,6 @@ and restores); the counters are `self.counters` (`trainer/state.py`).
 
 from __future__ import annotations
 
-import shlex
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -24,7 +23,7 @@ from amago_app.interaction.build import check_rollout_memory
 from amago_app.interaction.rollout import actor_sampling, balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
-from amago_app.rundir import Checkpoints, crash_point
+from amago_app.rundir import Checkpoints, crash_point, resume_arg
 from amago_app.trainer import checkpointing
 from amago_app.trainer.build import (
     build_accelerator,
@@ -407,7 +406,7 @@ class Trainer:
             self.stop.install()
 
     def resume_command(self) -> str:
-        return f"amago-train resume={shlex.quote(str(self.run_dir))}"
+        return f"amago-train {resume_arg(self.run_dir)}"
 
     # --- the loop -----------------------------------------------------------------------------------
     def learn(self) -> dict:

@@ -14,7 +14,8 @@ from amago_app.config import setup
 from amago_app.config.overrides import apply_overrides, check_config, record_command, trusted_run_config
 from amago_app.config.values import check_values
 from amago_app.rundir import (CONFIG_FILE, HYDRA_ENTRIES, Checkpoints, OneLineError, RunDirError, RunLock,
-                              claim_fresh_run_dir, describe_os_error, filesystem_error, resume_target, save_config)
+                              claim_fresh_run_dir, describe_os_error, filesystem_error, resume_arg, resume_target,
+                              save_config)
 from amago_app.trainer import checkpointing
 from amago_app.trainer.env_record import check_env_on_resume, record_env
 from amago_app.trainer.loop import Trainer
@@ -152,8 +153,8 @@ def _refused_write_message(e: OSError, run_dir: Path) -> str:
     except OSError:
         state = None
     if state is None:
-        how = (f"amago-train resume={run_dir}" if (run_dir / CONFIG_FILE).is_file() else "the same command")
+        how = (f"amago-train {resume_arg(run_dir)}" if (run_dir / CONFIG_FILE).is_file() else "the same command")
         return (f"cannot write {describe_os_error(e)}; the run stopped before saving a training state: {fix}, then "
                 f"start it again with {how}")
     return (f"cannot write {describe_os_error(e)}; the run stopped and its last saved training state {state} is "
-            f"intact: {fix}, then continue with amago-train resume={run_dir}")
+            f"intact: {fix}, then continue with amago-train {resume_arg(run_dir)}")
