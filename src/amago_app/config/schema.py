@@ -463,6 +463,10 @@ class BufferConfig:
     """Pad every batch to max_seq_len (static shapes for torch.compile / CUDA graphs)."""
     prefetch: int = 2
     """Batches prepared ahead by the loader thread (0 = load in the training thread)."""
+    loader_workers: int = 0
+    """Processes that make training batches (0 = the loader thread above). Each reads and decodes files on its own
+    core, which is what a buffer of many files needs to feed a fast learner (docs/scaling.md); batches are then
+    drawn from one RNG per batch, so a run's batches depend on whether this is 0, not on how many."""
 
 
 @dataclass

@@ -162,6 +162,14 @@ class Buffer(ABC):
     def expect(self, spec: TrajectorySpec) -> None:
         """What the run's trajectories must hold (its spaces); a dataset reading files skips those that differ."""
 
+    def take_worker_changes(self) -> dict:
+        """In a loader worker process (a copy of this buffer): what its draws changed since the last call (files
+        found unusable, counts), for `apply_worker_changes` in the training process."""
+        return {}
+
+    def apply_worker_changes(self, changes: dict) -> None:
+        """In the training process: what a loader worker's copy found (`take_worker_changes`)."""
+
 
 def draw_trajectory(buffer: Buffer, rng: np.random.Generator,
                     weight: Callable[[int], float] | None = None) -> Trajectory:
@@ -241,6 +249,7 @@ class DiskBuffer(Buffer):
         self.has_edit_rights = True
         self.spec: TrajectorySpec | None = None
         self._skipped: set[str] = set()  # unreadable or foreign files (warned once each)
+        self._new_skips: list[str] = []  # skipped since the last take_worker_changes
         self._misnamed: set[str] = set()  # FIFO files without a timestamp in their name (never trimmed)
         self._owner_fd: int | None = None
         self._cache: OrderedDict[str, Trajectory] = OrderedDict()
@@ -332,6 +341,17 @@ class DiskBuffer(Buffer):
         if path not in self._skipped:
             log.warning("skipping trajectory file %s: %s", path, why)
             self._skipped.add(path)
+            self._new_skips.append(path)
+
+    def take_worker_changes(self) -> dict:
+        skipped, self._new_skips = self._new_skips, []
+        return {"skipped": skipped} if skipped else {}
+
+    def apply_worker_changes(self, changes: dict) -> None:
+        for path in changes.get("skipped", ()):
+            if path not in self._skipped:  # the worker named it in the log
+                self._skipped.add(path)
+                self._drop(path)
 
     def refresh(self) -> None:
         parts = []

@@ -105,6 +105,32 @@ def collate(windows: list[Trajectory], pad_to: int | None = None) -> Batch:
     )
 
 
+def collate_windows(picks: list[tuple[Trajectory, int, int]], pad_to: int | None = None) -> Batch:
+    """`collate` of `slice_window(traj, start, stop)` for each pick, copying each window once into the batch (no
+    window objects, and only the padding is filled: at batch 128 these copies are most of a cached draw's cost)."""
+    L = max(stop - start for _, start, stop in picks) if pad_to is None else pad_to
+    B = len(picks)
+    first = picks[0][0]
+
+    def pad(get, steps: int, extra: int) -> torch.Tensor:
+        a0 = get(first)
+        out = np.empty((B, steps, *a0.shape[1:]), dtype=a0.dtype)
+        for b, (traj, start, stop) in enumerate(picks):
+            n = stop - start + extra
+            out[b, :n] = get(traj)[start: stop + extra]
+            out[b, n:] = MAGIC_PAD_VAL
+        return torch.from_numpy(out)
+
+    return Batch(
+        obs={k: pad(lambda t, k=k: t.obs[k], L + 1, 1) for k in first.obs},
+        rl2s=pad(lambda t: t.rl2s, L + 1, 1),
+        time_idxs=pad(lambda t: t.time_idxs, L + 1, 1),
+        rews=pad(lambda t: t.rews, L, 0),
+        dones=pad(lambda t: t.dones, L, 0),
+        actions=pad(lambda t: t.actions, L, 0),
+    )
+
+
 class BatchLoader:
     """Persistent loader of padded training batches from a `Buffer`."""
 
@@ -120,11 +146,15 @@ class BatchLoader:
         rank: int = 0,
         pin_memory: bool = False,
         sample_by: str = "file",
+        workers: int = 0,
     ):
         if padded_sampling not in PADDED_SAMPLING:
             raise ValueError(f"padded_sampling={padded_sampling!r} is not one of {PADDED_SAMPLING}")
         if sample_by not in SAMPLE_BY:
             raise ValueError(f"sample_by={sample_by!r} is not one of {SAMPLE_BY}")
+        if not (isinstance(workers, int) and workers >= 0):
+            raise ValueError(f"loader_workers={workers!r} must be a whole number >= 0 (0: batches are made in the "
+                             "training process)")
         # one function object for the whole run: the buffer keeps its per-file weights while the index and
         # this function stay the same
         self.file_weight = (functools.partial(transition_weight, max_seq_len=max_seq_len,
@@ -139,18 +169,26 @@ class BatchLoader:
         self.seed = seed
         self.rank = rank
         self.pin_memory = pin_memory
+        self.workers = workers
 
     def make_batch(self, rng: np.random.Generator) -> Batch:
-        windows = []
+        batch = self._batch(rng)
+        return batch.pin_memory() if self.pin_memory else batch
+
+    def _batch(self, rng: np.random.Generator) -> Batch:
+        picks = []
         for _ in range(self.batch_size):
             traj = draw_trajectory(self.buffer, rng, self.file_weight)
             start, stop = window_bounds(len(traj), self.max_seq_len, self.padded_sampling, rng)
-            windows.append(slice_window(traj, start, stop))
-        batch = collate(windows, pad_to=self.max_seq_len if self.fixed_length else None)
-        return batch.pin_memory() if self.pin_memory else batch
+            picks.append((traj, start, stop))
+        return collate_windows(picks, pad_to=self.max_seq_len if self.fixed_length else None)
 
     def epoch(self, epoch: int, num_batches: int) -> Iterator[Batch]:
-        """The `num_batches` batches of one epoch, prepared ahead in a background thread."""
+        """The `num_batches` batches of one epoch, prepared ahead in a background thread (or in `workers` processes:
+        see `_epoch_in_workers`)."""
+        if self.workers > 0:
+            yield from self._epoch_in_workers(epoch, num_batches)
+            return
         rng = np.random.default_rng([self.seed, self.rank, epoch])
         if self.prefetch <= 0:
             for _ in range(num_batches):
@@ -184,3 +222,44 @@ class BatchLoader:
                 except queue.Empty:
                     pass
                 thread.join(timeout=0.05)
+
+    def _epoch_in_workers(self, epoch: int, num_batches: int) -> Iterator[Batch]:
+        """Batches made by `workers` processes forked at the start of the epoch, so each holds the buffer's index as
+        the training process has it after its refresh. Batch i draws from its own RNG seeded by (seed, rank, epoch,
+        i), so the batches do not depend on the number of workers or their timing (they differ from those of
+        workers=0, whose RNG runs through the epoch). What a worker's draws change in its copy of the buffer
+        (files found unusable, mixture counts) is handed back with each batch."""
+        source = _EpochBatches(self, epoch, num_batches)
+        loader = torch.utils.data.DataLoader(source, batch_size=None, num_workers=self.workers,
+                                             pin_memory=self.pin_memory, multiprocessing_context="fork",
+                                             worker_init_fn=_worker_init, prefetch_factor=max(self.prefetch, 1))
+        for item in loader:
+            if isinstance(item, BaseException):
+                raise item
+            batch, changes = item
+            if changes:
+                self.buffer.apply_worker_changes(changes)
+            yield batch
+
+
+def _worker_init(_: int) -> None:
+    info = torch.utils.data.get_worker_info()
+    info.dataset.loader.buffer.take_worker_changes()  # what the forked copy held belongs to the training process
+
+
+class _EpochBatches(torch.utils.data.Dataset):
+    """Batch i of one epoch, made in a loader worker (with its changes to the worker's copy of the buffer)."""
+
+    def __init__(self, loader: BatchLoader, epoch: int, num_batches: int):
+        self.loader, self.epoch, self.num_batches = loader, epoch, num_batches
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __getitem__(self, i: int):
+        loader = self.loader
+        try:
+            batch = loader._batch(np.random.default_rng([loader.seed, loader.rank, self.epoch, i]))
+            return batch, loader.buffer.take_worker_changes()
+        except Exception as e:  # raised as itself in the training process (not as a worker traceback)
+            return e

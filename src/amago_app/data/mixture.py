@@ -177,6 +177,18 @@ class MixtureBuffer(Buffer):
             self._counts[i] += 1
         return traj
 
+    def take_worker_changes(self) -> dict:
+        with self._lock:
+            counts, self._counts = self._counts, np.zeros_like(self._counts)
+        return {"counts": counts, "datasets": [d.take_worker_changes() for d in self.datasets]}
+
+    def apply_worker_changes(self, changes: dict) -> None:
+        if "counts" in changes:
+            with self._lock:
+                self._counts += changes["counts"]
+        for d, c in zip(self.datasets, changes.get("datasets", ())):
+            d.apply_worker_changes(c)
+
     # --- reporting ----------------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
         current, normalized = self.current_weights(), self.normalized_weights()
