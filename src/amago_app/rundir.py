@@ -294,8 +294,15 @@ def atomic_write_new(path: str | os.PathLike, writer: Callable[[BinaryIO], objec
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            writer(f)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                _simulated_disk_full(path)
+                writer(f)
+        except BaseException as e:  # a full disk names no file: name the one being written
+            refused = _refused_write(e, path)
+            if refused is not None:
+                raise refused from e
+            raise
         for n in range(1, 10_000):
             candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
             try:
@@ -740,8 +747,12 @@ class RunLock:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise RunDirError(_busy(self.path.parent, holder, fresh)) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as e:  # (a full disk: the error of a write names no file)
+            os.close(fd)
+            raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(self.path)) from None
         self._held[key] = [fd, 1]
         self._key = key
 

@@ -112,7 +112,29 @@ def readonly(work: Path, mode: str) -> dict:
             "final": state(run), "run": str(run)}
 
 
+def names(work: Path, mode: str, source: Path) -> dict:
+    """A disk with no room left at all: `amago-eval` of a run on it and a new `amago-train` run on it (their
+    first writes are the summary and the run's lock file: errors of writes name no file by themselves)."""
+    disk = work / "disk"
+    disk.mkdir()
+    mount(["-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)])
+    run = disk / "run"
+    shutil.copytree(source, run, ignore=shutil.ignore_patterns(".lock"))
+    with open(disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    evaluated = subprocess.run([sys.executable, "-m", "amago_app.cli.eval", str(run), "episodes=2"], cwd=work,
+                               capture_output=True, text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
+    new = train(*RUN, "trainer.epochs=1", f"hydra.run.dir={disk / 'new'}", cwd=work)
+    return {"eval": [evaluated.returncode, evaluated.stderr], "train": [new.returncode, new.stderr], "disk": str(disk)}
+
+
 if __name__ == "__main__":
     scenario, work, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     source = [Path(sys.argv[4])] if len(sys.argv) > 4 else []
-    print(json.dumps({"full": full, "readonly": readonly}[scenario](work, mode, *source)))
+    print(json.dumps({"full": full, "readonly": readonly, "names": names}[scenario](work, mode, *source)))

@@ -67,3 +67,16 @@ def test_a_run_directory_made_read_only_mid_run(tmp_path):
     assert saved and saved == list(range(len(saved)))
     assert out["resumed"][0] == 0, out["resumed"][1][-3000:]
     assert out["final"]["epochs"] == list(range(saved[-1] + 2)) and out["final"]["tmp"] == []
+
+
+def test_a_disk_with_no_room_is_one_line_naming_the_file(saved_run, tmp_path):
+    """The first write of amago-eval (its summary) and of a new amago-train run (its lock file) on a disk without
+    any room: the system's error names no file, the line does."""
+    if not _namespaces():
+        pytest.skip("needs a private mount namespace (unshare -rm) for a small tmpfs")
+    out = scenario("names", tmp_path, saved_run)
+    for tool, (rc, err) in (("eval", out["eval"]), ("train", out["train"])):
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1, (tool, err[-3000:])
+        assert lines[0].startswith(f"amago-{tool}: error: {out['disk']}/") and lines[0].endswith(
+            ": No space left on device"), lines[0]
