@@ -552,6 +552,7 @@ def hostile(rows, work: Path) -> None:
                            f"resume rc {out['resumed'][0]}, states {out['final']['epochs']}"))
     hostile_signals(rows, work)
     hostile_buffer(rows, work)
+    hostile_errors(rows, work)
 
 
 def start_in_own_group(*args, cwd: Path) -> subprocess.Popen:
@@ -696,6 +697,96 @@ def hostile_buffer(rows, work: Path) -> None:
     rows.append(("the same with `buffer.on_env_change=set_aside`",
                  f"rc {r.returncode}; old files set aside {len(aside)} of {len(before)}, new files "
                  f"{len(list((d / 'buffer/fifo').glob('*.npz')))}: {last_line(r)}"))
+
+
+def hostile_errors(rows, work: Path) -> None:
+    """Envs that raise or exit, values that cannot work, files a parser cannot read, matrices of failed runs,
+    paths Hydra reads only quoted, a disk without room: one line with a non-zero exit, naming what failed."""
+    import json
+    import shlex
+
+    import torch
+
+    from amago_app.rundir import Checkpoints
+
+    def copy(dst: str) -> Path:
+        base = work / "h-base" if (work / "h-base").is_dir() else trained_run(work, "h-base", epochs=2)[0]
+        return Path(shutil.copytree(base, work / dst, ignore=shutil.ignore_patterns(".lock")))
+
+    def tool(name: str, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", f"amago_app.cli.{name}", *args], cwd=work, env=env(),
+                              capture_output=True, text=True, timeout=600)
+
+    raising = [*TINY, *(a for a in FAULTY if not a.startswith("env.make._target_=")),
+               "env.make._target_=faulty_envs.make_raising", "trainer.val_episodes=2"]
+    for what, args in (("RuntimeError in `step`", ["+env.make.error=RuntimeError"]),
+                       ("AttributeError in `reset`", ["+env.make.where=reset", "+env.make.error=AttributeError"]),
+                       ("ValueError in `step`", ["+env.make.error=ValueError"]),
+                       ("RuntimeError in `step`, `env.mode=async`", ["+env.make.error=RuntimeError", "env.mode=async"]),
+                       ("`os._exit(3)` in `step`, `env.mode=async`", ["+env.make.error=os_exit", "env.mode=async"])):
+        r = run("train", *raising, *args, cwd=work)
+        rows.append((f"env raising {what}", f"rc {r.returncode}: {last_line(r)}"))
+    d = work / "e-exit"
+    r = run("train", *raising, "+env.make.error=SystemExit", "+env.make.bad_step=1", "+env.make.start_after=30",
+            "trainer.epochs=100", f"hydra.run.dir={d}", cwd=work)
+    rows.append(("env raising `SystemExit(0)` in `step` after three saved states",
+                 f"rc {r.returncode}: {last_line(r)}; {consistent(d)}"))
+    for arg in ("env.step_timeout=-1", "env.max_seq_len=1000000000", "trainer.learning_rate=inf"):
+        d = work / f"e-{arg.split('=')[0]}"
+        r = run("train", *TINY, arg, f"hydra.run.dir={d}", cwd=work)
+        rows.append((f"`{arg}`", f"rc {r.returncode}, run directory left: {d.exists()}: {last_line(r)}"))
+    d = copy("e-eval")
+    r = run("eval", str(d), "episodes=99999999999999999999999", cwd=work)
+    rows.append(("`amago-eval <run> episodes=99999999999999999999999`", f"rc {r.returncode}: {last_line(r)}"))
+    d = copy("e-deep")
+    path = d / "metrics" / "val.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([lines[0], "[" * 100_000 + "]" * 100_000 + "\n", *lines[1:]]))
+    outcomes, warning = [], None
+    for name, args in (("plot", [str(d), "--metric", "return"]), ("summary", [str(d)])):
+        r = tool(name, *args)
+        outcomes.append(f"amago-{name} rc {r.returncode}, traceback {'Traceback' in r.stderr}")
+        warning = warning or next((ln for ln in r.stderr.splitlines() if "warning:" in ln), "(no warning)")
+    r = run("train", f"resume={d}", "trainer.epochs=3", cwd=work)
+    outcomes.append(f"resume rc {r.returncode}")
+    rows.append(("a `metrics/val.jsonl` line nested 100,000 deep (`[[[...]]]`)",
+                 f"{'; '.join(outcomes)}; the warning: {warning}"))
+    r = tool("bench", "--tasks", "cartpole", "--seeds", "0,1", "--jobs", "2", "--out", str(work / "e-bench"),
+             "--override", "trainer.learning_rate=inf")
+    rows.append(("`amago-bench` whose every run fails (`--override trainer.learning_rate=inf`)",
+                 f"rc {r.returncode}: {last_line(r)}"))
+    d = copy("e-rün é")
+    r = run("train", f"resume='{d}'", "trainer.epochs=3", cwd=work)
+    rows.append(("`resume='<run>'` of a run in a directory with a space and non-ASCII letters",
+                 f"rc {r.returncode}: {last_line(r)}"))
+
+    class RunsCode:
+        def __reduce__(self):
+            return os.system, (f"touch {work / 'e-crafted-ran'}",)
+
+    d = copy("e-cräfted")
+    torch.save({"agent": RunsCode()}, Checkpoints(d).state_dir(1) / "main.pt")
+    refused = run("train", f"resume='{d}'", cwd=work)
+    message = (refused.stderr.strip().splitlines() or [""])[-1]
+    printed = shlex.split(message.rsplit("continue from it with amago-train ", 1)[-1])
+    again = run("train", *printed, "trainer.epochs=3", cwd=work)
+    rows.append(("a crafted newest training state (a pickle that runs code), then the command its message names",
+                 f"rc {refused.returncode} then {again.returncode}, code ran: {(work / 'e-crafted-ran').exists()}: "
+                 f"{last_line(refused)}; {consistent(d)}"))
+    namespaces = shutil.which("unshare") and subprocess.run(["unshare", "-rm", "true"]).returncode == 0
+    if not namespaces:
+        rows.append(("a disk without any room: amago-eval, a new run", "not run: no private mount namespace"))
+        return
+    scratch = work / "e-disk"
+    scratch.mkdir()
+    r = subprocess.run(["unshare", "-rm", sys.executable, str(ROOT / "tests/trainer/disk_scenarios.py"), "names",
+                        str(scratch), "tmpfs", str(work / "h-base")], capture_output=True, text=True, env=env(),
+                       timeout=900)
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    rows.append(("a disk without any room (tmpfs filled up): `amago-eval <run>`, a new `amago-train` run",
+                 "; ".join(f"rc {rc}: {err.strip().splitlines()[-1][:300] if err.strip() else ''}"
+                           for rc, err in (out.get("eval", [None, ""]), out.get("train", [None, ""])))
+                 if out else f"scenario failed: {r.stderr.strip().splitlines()[-1:]}"))
 
 
 if __name__ == "__main__":

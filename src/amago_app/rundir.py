@@ -635,7 +635,11 @@ def resume_arg(path: str | os.PathLike) -> str:
     """`resume=<path>` as one shell word that reaches Hydra as `path` (what a printed command must be, so that
     pasting it into a shell works also for a path with spaces or non-ASCII letters)."""
     text = str(path)
-    return f"resume={text}" if _PLAIN_VALUE.fullmatch(text) else shlex.quote(f"resume={hydra_quoted(text)}")
+    if _PLAIN_VALUE.fullmatch(text):
+        return f"resume={text}"
+    word = f"resume={hydra_quoted(text)}"
+    # "resume='<path>'" reads best; shlex's quoting where a shell would expand something inside double quotes
+    return f'"{word}"' if not set(word) & set('"$`\\!') else shlex.quote(word)
 
 
 def find_training_state(path: str | os.PathLike) -> Path:

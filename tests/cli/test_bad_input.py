@@ -169,7 +169,8 @@ def test_a_metrics_line_nested_too_deep_is_skipped_naming_the_file_and_line(save
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("path", ["/runs/plain-1.5", "/tmp/rün é", "/a b/c'd", "/a\\b/c", "/x\\", "/a,b=c", '/a"b'])
+@pytest.mark.parametrize("path", ["/runs/plain-1.5", "/tmp/rün é", "/a b/c'd", "/a$b!", "/a\\b/c", "/x\\", "/a,b=c",
+                                  '/a"b'])
 def test_a_printed_resume_argument_reaches_hydra_as_the_path(path):
     import shlex
 
