@@ -103,6 +103,16 @@ def saved_run(tmp_path_factory) -> Path:
     return run
 
 
+class Payload:
+    """A pickle payload: unpickling it runs `touch marker` (tests check that the marker never appears)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
 def copy_run(run: Path, dst: Path) -> Path:
     import shutil
 

@@ -16,19 +16,9 @@ from amago_app.rundir import Checkpoints, RunDirError, read_checkpoint
 from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.guard import TrainingDiverged
 from amago_app.trainer.run import train
-from conftest import compose_config
+from conftest import Payload, compose_config
 
 TESTS = Path(__file__).resolve().parents[1]
-
-
-class Payload:
-    """Unpickling this runs `touch marker`."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,33 +17,15 @@ from omegaconf import OmegaConf
 from amago_app.config.trust import SAVED_RUN_COMPONENTS, check_targets
 from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.run import train
-from conftest import amago_cli, compose_config, one_line_error
+from conftest import Payload, amago_cli, compose_config, copy_run, one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Payload:
-    """Unpickling this runs `touch marker`."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-@pytest.fixture(scope="module")
-def base_run(tmp_path_factory):
-    run = tmp_path_factory.mktemp("trust") / "run"
-    train(compose_config(["trainer.epochs=2", "trainer.ckpt_interval=1", "trainer.threads=1"]), run)
-    return run
-
-
-def _crafted(base_run, tmp_path, edit) -> tuple[Path, Path]:
+def _crafted(saved_run, tmp_path, edit) -> tuple[Path, Path]:
     """A copy of the run whose config.yaml `edit(cfg, run, marker)` changed, with a pickle payload in ckpts/extra.pt
     that touches `marker` if anything loads it with weights_only=False."""
-    run = tmp_path / "crafted"
-    shutil.copytree(base_run, run, ignore=shutil.ignore_patterns(".lock"))
+    run = copy_run(saved_run, tmp_path / "crafted")
     marker = tmp_path / "PWNED"
     torch.save(Payload(marker), run / "ckpts" / "extra.pt")
     cfg = OmegaConf.load(run / "config.yaml")
@@ -91,13 +71,13 @@ def _ship_module(run: Path, marker: Path) -> None:
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
-def test_a_crafted_run_runs_no_code_in_eval_or_resume(base_run, tmp_path, attack, monkeypatch):
+def test_a_crafted_run_runs_no_code_in_eval_or_resume(saved_run, tmp_path, attack, monkeypatch):
     def edit(cfg, run, marker):
         if attack == "oc_decode":
             cfg.gap = ""
         ATTACKS[attack](cfg, run, marker)
 
-    run, marker = _crafted(base_run, tmp_path, edit)
+    run, marker = _crafted(saved_run, tmp_path, edit)
     _ship_module(run, marker)
     monkeypatch.chdir(run)  # the working directory is on the import path of amago-eval and amago-train
     monkeypatch.syspath_prepend(str(run))
@@ -109,8 +89,8 @@ def test_a_crafted_run_runs_no_code_in_eval_or_resume(base_run, tmp_path, attack
 
 
 @pytest.mark.parametrize("attack", ["api_train_partial", "gym_module_id"])
-def test_the_commands_refuse_a_crafted_run_in_one_line(base_run, tmp_path, attack):
-    run, marker = _crafted(base_run, tmp_path, ATTACKS[attack])
+def test_the_commands_refuse_a_crafted_run_in_one_line(saved_run, tmp_path, attack):
+    run, marker = _crafted(saved_run, tmp_path, ATTACKS[attack])
     _ship_module(run, marker)
     line = one_line_error(amago_cli("eval", str(run), "episodes=2", cwd=run), "eval")
     assert "refused" in line and str(run) in line
@@ -119,8 +99,8 @@ def test_the_commands_refuse_a_crafted_run_in_one_line(base_run, tmp_path, attac
     assert not marker.exists()
 
 
-def test_a_crafted_resume_history_cannot_add_a_composing_target(base_run, tmp_path):
-    run, marker = _crafted(base_run, tmp_path, lambda cfg, run, m: None)
+def test_a_crafted_resume_history_cannot_add_a_composing_target(saved_run, tmp_path):
+    run, marker = _crafted(saved_run, tmp_path, lambda cfg, run, m: None)
     history = OmegaConf.to_container(OmegaConf.load(run / "overrides_history.yaml"))
     history.append({"resumed_from": "ckpts/training_states/epoch_1",
                     "overrides": ["env.make._target_=amago_app.api.train", "+env.make._partial_=true"]})
@@ -130,19 +110,19 @@ def test_a_crafted_resume_history_cannot_add_a_composing_target(base_run, tmp_pa
     assert not marker.exists()
 
 
-def test_allow_targets_trusts_a_users_own_module_id(base_run, tmp_path, monkeypatch):
+def test_allow_targets_trusts_a_users_own_module_id(saved_run, tmp_path, monkeypatch):
     """The user's allow_targets covers `module:EnvId` ids of that module too (here it is the user's own module, so
     importing it is what they asked for: the marker is written, and the env id then fails to resolve)."""
-    run, marker = _crafted(base_run, tmp_path, ATTACKS["gym_module_id"])
+    run, marker = _crafted(saved_run, tmp_path, ATTACKS["gym_module_id"])
     cfg = OmegaConf.load(run / "config.yaml")
     check_targets(cfg, ["amago_pwn_module.*"])  # accepted
     with pytest.raises(ValueError, match=r"allow_targets=\[amago_pwn_module\.\*\]"):
         check_targets(cfg, [])
 
 
-def test_a_saved_pickle_benchmark_path_is_honoured_only_from_the_command_line(base_run, tmp_path):
+def test_a_saved_pickle_benchmark_path_is_honoured_only_from_the_command_line(saved_run, tmp_path):
     """XLand's `benchmark: path:<file>` unpickles the file: like buffer.allow_pickle, a run cannot vouch for it."""
-    cfg = OmegaConf.load(base_run / "config.yaml")
+    cfg = OmegaConf.load(saved_run / "config.yaml")
     cfg.env.make = {"_target_": "amago_app.envs.suites.xland.XLandKShotVectorEnv", "benchmark": "path:/x/evil.pkl"}
     with pytest.raises(ValueError, match=r"env.make.benchmark: refused.*give env.make.benchmark=path:/x/evil.pkl on"):
         check_targets(cfg)
