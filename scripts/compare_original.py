@@ -511,7 +511,7 @@ NOT_SETTINGS = (
     "agent.actor.multibinary_dist_type.", "exploration._partial_", "exploration.horizon",
     "buffer.root", "buffer.name", "buffer.cache_gb", "buffer.traj_save_len", "buffer.allow_pickle", "buffer.max_file_gb",
     "buffer.on_env_change",
-    "buffer.fixed_length", "buffer.prefetch", "trainer.val_timesteps_per_epoch", "trainer.ckpt_interval",
+    "buffer.fixed_length", "buffer.prefetch", "buffer.loader_workers", "trainer.val_timesteps_per_epoch", "trainer.ckpt_interval",
     "trainer.always_save_latest", "trainer.always_load_latest", "trainer.mode", "trainer.collectors",
     "trainer.collector_threads", "trainer.utd_ratio", "trainer.utd_slack", "trainer.policy_from",
     "trainer.force_reset_train_envs_every", "trainer.val_both_modes", "trainer.max_nonfinite_updates",

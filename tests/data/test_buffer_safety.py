@@ -138,7 +138,11 @@ def test_stale_temp_files_of_killed_writers_are_removed_by_the_trimming_owner(tm
 
 
 def _wait4_train(*args, cwd: Path, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
-    """`amago-train args...` as `amago_cli` runs it, plus the peak resident memory (MB) of that one process."""
+    """`amago-train args...` as `amago_cli` runs it, plus the peak resident memory (MB) of that one process.
+
+    The peak is the child's own `VmHWM` after exec, written at exit: `wait4`'s `ru_maxrss` would also count the
+    parent's peak, since Python starts the child with vfork and Linux carries the old address space's high-water
+    mark across exec (a full test session's pytest process is over a gigabyte)."""
     import signal
     import threading
 
@@ -146,7 +150,17 @@ def _wait4_train(*args, cwd: Path, timeout: float = 120) -> tuple[subprocess.Com
 
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS_DIR))
-    proc = subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *args], cwd=cwd, env=env,
+    peak_file = Path(cwd) / ".peak_vmhwm"
+    launcher = (
+        "import atexit, runpy, sys\n"
+        "def _peak():\n"
+        "    hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+        f"    open({str(peak_file)!r}, 'w').write(hwm.split()[1])\n"
+        "atexit.register(_peak)\n"
+        "sys.argv = ['amago-train', *sys.argv[1:]]\n"
+        "runpy.run_module('amago_app.cli.train', run_name='__main__')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launcher, *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: dict[str, str] = {}
     readers = [threading.Thread(target=lambda k=k, f=f: out.__setitem__(k, f.read()))
@@ -155,13 +169,14 @@ def _wait4_train(*args, cwd: Path, timeout: float = 120) -> tuple[subprocess.Com
         t.start()
     timer = threading.Timer(timeout, proc.send_signal, (signal.SIGKILL,))
     timer.start()
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, status, _ = os.wait4(proc.pid, 0)
     timer.cancel()
     for t in readers:
         t.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     r = subprocess.CompletedProcess(proc.args, proc.returncode, out["stdout"], out["stderr"])
-    return r, usage.ru_maxrss / 1024
+    assert peak_file.exists(), r.stderr[-3000:]
+    return r, int(peak_file.read_text()) / 1024
 
 
 def _not_regular_files(run: Path, scratch: Path) -> list[Path]:

@@ -192,7 +192,7 @@ def build_loader(cfg: DictConfig, buffer: Buffer, rank: int, device: torch.devic
         buffer, t.batch_size, cfg.max_seq_len, cfg.buffer.padded_sampling,
         cfg.buffer.fixed_length or compile,
         cfg.buffer.prefetch, seed=cfg.seed, rank=rank, pin_memory=device.type == "cuda",
-        sample_by=cfg.buffer.sample_by, workers=cfg.buffer.get("loader_workers", 0),
+        sample_by=cfg.buffer.sample_by, workers=cfg.buffer.loader_workers,
     )
 
 
