@@ -59,7 +59,7 @@ def test_multitask_agent_learns_the_tmaze(tmp_path):
     """The MultiTaskAgent row, reduced (corridor 10, 16 epochs, fp32 as measured): discrete actions through the
     clipped one-hot policy, per-action HL-Gauss critics on 32 linear bins, filtered BC. It must learn the
     memory-dependent arm choice (success 0.95 after 600 updates at the row's learning rate 3e-4 with qkv gain 1,
-    2026-11-27; after 1,600 / 1,400 / 1,200 updates in seeds 0-2 at 1e-4, docs/benchmarks.md);
+    2026-11-27; after 1,600 / 1,400 / 1,200 updates in seeds 0-2 at 1e-4, docs/results.md#multitask_discrete);
     with the previous symlog two-hot critic it entered one arm only (success 0.47-0.59, the share of goals on that
     side), so a critic, filter or BC term that stops carrying the cue fails this."""
     overrides = ["+experiment=bench/multitask_discrete", "env.horizon=10", "trainer.epochs=16",

@@ -7,7 +7,7 @@ the same preset with the memory-free `traj_encoder=ff`), then reads the runs' lo
     <out>/<row>.json     per-seed and aggregate results (wall time, updates and env steps to the threshold,
                          best and final validation value, updates/s)
     <out>/<row>.png      learning curves: seeds thin, mean bold, threshold dashed (logging/curves.py)
-    <out>/results.md     one markdown table over the rows run so far (docs/benchmarks.md carries a copy)
+    <out>/results.md     one markdown table over the rows run so far (docs/results.md carries a copy)
     <out>/results.json   all rows
     <out>/runs/<row>/<variant>/seed<k>/   the run directories (config, metrics, checkpoints)
 

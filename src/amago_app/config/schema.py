@@ -396,7 +396,7 @@ class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
     """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for start_steps <= t < H - decision_steps."""
     decision_steps: int = 0
     """Noisy corridor steps before the junction (t = H). 0: only the turn is noisy (the original's T-maze example:
-    3, which lets far fewer episodes reach the junction in time; docs/benchmarks.md)."""
+    3, which lets far fewer episodes reach the junction in time; docs/results.md#tmaze_h50)."""
     start_steps: int = 0
     """Noisy steps at the start (t < start_steps). 0 for the passive T-maze; 1 is the original's recipe."""
     corridor_eps: Optional[float] = None

@@ -150,7 +150,7 @@ OVERLAP_FROM_CORES = 4
 def choose_overlap(setting, cores: int, processes: int, mode: str) -> Choice:
     """`trainer.overlap_collection`: true / false, or auto = on in mode=both for a single process that may use
     at least `OVERLAP_FROM_CORES` cores. On 2 cores the collector thread takes a core the update needs (measured
-    slower, docs/benchmarks.md); with spare cores it hides the collection time."""
+    slower, docs/results.md#speed); with spare cores it hides the collection time."""
     fixed = parse_switch(setting, "trainer.overlap_collection")
     if fixed is True and mode != "both":
         raise ValueError(f"trainer.overlap_collection=true needs trainer.mode=both (got trainer.mode={mode}); "

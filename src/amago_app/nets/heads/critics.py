@@ -105,7 +105,7 @@ class _CriticEnsemble(nn.Module):
         self.drop = nn.Dropout(dropout_p)
         # optional LayerNorm of every hidden pre-activation, one gain and bias per critic and layer: it bounds the
         # features the output layer sees while the TD targets move. Off by default: on Pendulum and the T-maze H50
-        # it learned later or equally (docs/benchmarks.md, "a LayerNorm critic")
+        # it learned later or equally (docs/results.md#pendulum, docs/results.md#tmaze_h50)
         self.layer_norm = normalization == "layer"
         if self.layer_norm:
             self.norm_gain = nn.Parameter(torch.ones(c, n_layers, 1, h))  # member first, like every parameter

@@ -1,0 +1,74 @@
+"""docs/results.md: the benchmark's one page of results. A section per `amago-bench` row (its anchor is the row's
+preset name, which preset comments link to), the table region that `amago-bench --report-only` rewrites, links
+to it that resolve, and no curve under docs/bench/ that no page shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results.md"
+ROWS = sorted(p.stem for p in (ROOT / "conf" / "experiment" / "bench").glob("*.yaml"))
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def _anchors(md: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation but `-` and `_` dropped, spaces -> `-`."""
+    out = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*$", md, flags=re.M):
+        out.add(re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-"))
+    return out
+
+
+def test_a_section_per_row_and_one_generated_region():
+    md = RESULTS.read_text()
+    assert ROWS, "no presets under conf/experiment/bench/"
+    missing = [row for row in ROWS if row not in _anchors(md)]
+    assert not missing, f"docs/results.md has no section (## {missing[0]}) for {missing}"
+    assert md.count(BEGIN) == 1 and md.count(END) == 1 and md.index(BEGIN) < md.index(END)
+    region = md[md.index(BEGIN):md.index(END)]
+    for row in ROWS:  # one line of the table per row
+        lines = [line for line in region.splitlines() if line.startswith((f"| {row} ", f"| [{row}]"))]
+        assert len(lines) == 1, f"the table has {len(lines)} lines for {row}"
+
+
+def test_links_to_the_results_page_resolve():
+    """`results.md#<anchor>` in the docs, presets, code, scripts and tests names a heading of the page."""
+    anchors = _anchors(RESULTS.read_text())
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "conf").rglob("*.yaml"),
+             *(ROOT / "src").rglob("*.py"), *(ROOT / "scripts").glob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    seen = 0
+    for path in files:
+        for anchor in re.findall(r"results\.md#([\w\-]+)", path.read_text()):
+            seen += 1
+            assert anchor in anchors, f"{path.relative_to(ROOT)}: results.md#{anchor} is no heading of docs/results.md"
+    assert seen, "nothing links a row's section"
+
+
+def test_every_doc_page_named_outside_docs_exists():
+    """A comment, docstring or message that sends the reader to docs/<page>.md names a page that exists."""
+    files = [*(ROOT / "conf").rglob("*.yaml"), *(ROOT / "src").rglob("*.py"), *(ROOT / "scripts").glob("*.py"),
+             *(ROOT / "tests").rglob("*.py")]
+    for path in files:
+        for page in re.findall(r"docs/([\w\-/]+\.md)", path.read_text()):
+            assert (ROOT / "docs" / page).exists(), f"{path.relative_to(ROOT)} names docs/{page}, which does not exist"
+
+
+def test_every_curve_under_docs_bench_is_shown():
+    """The curves of settings no longer in use go with the text that showed them (git keeps both)."""
+    shown = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+    for png in sorted((ROOT / "docs" / "bench").rglob("*.png")):
+        name = png.relative_to(ROOT / "docs").as_posix()
+        assert name in shown, f"docs/{name} is shown by no page: delete it or show it"
+
+
+def test_the_page_states_results_not_a_diary():
+    md = RESULTS.read_text()
+    for pattern, what in [(r"\bMachine [A-Z]\b", "a machine letter"),
+                          (r"\bsessions?\b", "how the work was organised"),
+                          (r"^#.*\b20\d\d-\d\d-\d\d", "a dated heading"),
+                          (r"\bthe row before\b", "a diary's reference")]:
+        found = re.search(pattern, md, flags=re.M | re.I)
+        assert not found, f"docs/results.md has {what}: {found.group(0)!r}"
+    assert "AMD EPYC" in md and "amago-bench --report-only" in md
