@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 _P = "amago_app"
 
-#: every `_target_` a saved config may name (the config groups' offerings); tests/trainer/test_trust.py checks that
+#: every `_target_` a saved config may name (the config groups' offerings); tests/config/test_trust.py checks that
 #: each conf/ file and schema default is covered and that each entry is a class or env factory of amago_app
 SAVED_RUN_COMPONENTS = frozenset({
     # envs (env.make / env.make_val)
