@@ -359,7 +359,7 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
     ("multitask", "continuous", None, 3, 2), ("multitask", "discrete", "per_action", None, None),
     ("multitask", "discrete", "action_input", 3, 2), ("multitask", "multibinary", None, 3, 2),
 ])
-def test_action_samples_k(agent_name, kind, layout, k_actor_seen, k_critic_seen):
+def test_losses_sample_the_configured_number_of_actions(agent_name, kind, layout, k_actor_seen, k_critic_seen):
     critic = None
     if layout is not None:
         critic = partial(NCriticsTwoHot, d_hidden=16, min_return=-100.0, max_return=100.0, output_bins=24,
@@ -380,7 +380,7 @@ def test_action_samples_k(agent_name, kind, layout, k_actor_seen, k_critic_seen)
 
 @pytest.mark.parametrize("use_target_actor", [True, False])
 @pytest.mark.parametrize("agent_name", AGENTS)
-def test_use_target_actor(agent_name, use_target_actor):
+def test_use_target_actor_picks_the_actor_that_computes_targets(agent_name, use_target_actor):
     agent = make_agent(AGENTS[agent_name], "continuous", use_target_actor=use_target_actor)
     n = {"target": 0, "online": 0}
     agent.target_actor.register_forward_hook(lambda *a: n.__setitem__("target", n["target"] + 1))
@@ -594,7 +594,7 @@ def test_targets_move_by_exactly_tau(agent_name):
 @pytest.mark.parametrize("sample", [True, False])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("agent_name", AGENTS)
-def test_get_actions(agent_name, kind, sample):
+def test_get_actions_shape_dtype_and_range_per_action_space(agent_name, kind, sample):
     agent = make_agent(AGENTS[agent_name], kind).eval()
     N = 5
     obs = {"observation": torch.randn(N, 1, 4)}
@@ -840,7 +840,7 @@ HYDRA_CASES = [
 
 
 @pytest.mark.parametrize("kind,overrides,check", HYDRA_CASES, ids=[" ".join(c[1]) for c in HYDRA_CASES])
-def test_hydra_overrides(envs, kind, overrides, check):
+def test_hydra_agent_overrides_build_an_agent_that_updates(envs, kind, overrides, check):
     agent = hydra_agent(envs, kind, overrides)
     assert check(agent)
     batch = random_batch(envs[kind].action_space, envs[kind].observation_space, lengths=(4, 2))

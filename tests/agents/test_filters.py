@@ -31,7 +31,7 @@ def check(out: torch.Tensor, expected: list[float]):
 
 
 @pytest.mark.parametrize("threshold", [0.0, 1e-3, -1.0, 2.0])
-def test_binary(threshold):
+def test_binary_filter_is_one_above_the_threshold_else_zero(threshold):
     t32 = float(torch.tensor(threshold, dtype=torch.float32))  # the comparison happens in the tensor's dtype
     check(binary_filter(GRID, threshold=threshold), [1.0 if a > t32 else 0.0 for a in GRID.tolist()])
 
@@ -47,7 +47,7 @@ def test_binary_default_threshold_is_zero():
     {"beta": 1.0, "clip_weights_low": 0.1, "clip_weights_high": 5.0},
     {"beta": 3.0, "clip_adv_high": 2.0, "clip_weights_low": None, "clip_weights_high": 100.0},
 ])
-def test_exp(kw):
+def test_exp_filter_matches_clipped_exponential_weights(kw):
     p = {"beta": 1.0, "clip_adv_low": None, "clip_adv_high": None, "clip_weights_low": 1e-7, "clip_weights_high": None}
     p.update(kw)
     expected = []
@@ -70,7 +70,7 @@ def test_exp(kw):
     {"add_binary": False},
     {"clip_weights_low": None, "clip_weights_high": None, "add_binary": False},
 ])
-def test_leaky_relu(kw):
+def test_leaky_relu_filter_matches_the_reference_formula(kw):
     p = {"beta": 2.0, "tau": 0.01, "neg_slope": 0.05, "target_f0": 0.01, "clip_weights_low": 1e-7,
          "clip_weights_high": 10.0, "add_binary": True}
     p.update(kw)

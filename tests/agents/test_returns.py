@@ -47,6 +47,6 @@ def test_one_step_formula():
     torch.testing.assert_close(y[0, :, 0], torch.tensor([1 + 0.9 * 10, 2.0]))
 
 
-def test_bad_n():
+def test_n_step_below_one_is_rejected():
     with pytest.raises(ValueError, match="n_step must be >= 1, got 0"):
         nstep_targets(torch.zeros(1, 1, 1), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1), torch.ones(1), torch.ones(1, 1, 1), 0)

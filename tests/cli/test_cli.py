@@ -96,7 +96,7 @@ def test_sweep_writes_one_directory_per_job(tmp_path):
     assert jobs[:2] == ["0", "1"]
 
 
-def test_wandb_offline(tmp_path):
+def test_wandb_offline_logger_writes_a_local_run(tmp_path):
     r = amago("train", *TINY, "trainer.epochs=1", "logger=wandb", "logger.mode=offline", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     run = next((tmp_path / "runs" / "tmaze-H3").iterdir())

@@ -46,7 +46,7 @@ def test_exact_episodes_with_mean_std_and_interval(run):
     assert stats["Episode Length"]["mean"] == 4
 
 
-def test_checkpoint_choice(run):
+def test_checkpoint_choice_evaluates_best_an_epoch_or_latest(run):
     cwd, run_dir = run
     best = json.loads((run_dir / "ckpts" / "best" / "best.json").read_text())
     assert (run_dir / "ckpts" / "best" / "policy.pt").is_file() and best["val_episodes"] == 5

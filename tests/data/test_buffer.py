@@ -95,7 +95,7 @@ def test_temp_files_are_invisible(tmp_path):
     assert len(buf) == 0
 
 
-def test_bad_capacity():
+def test_max_size_below_one_is_rejected():
     with pytest.raises(ValueError, match="max_size must be >= 1, got 0"):
         DiskBuffer("/tmp/unused-amago", "x", max_size=0)
 

@@ -142,7 +142,7 @@ def rollouts():
     return out
 
 
-def test_mode_all(rollouts):
+def test_mode_all_relabels_every_goal_as_reached(rollouts):
     relabel = HindsightInstructionRelabeler("all", rng=np.random.default_rng(0))
     truncated = 0
     for traj, seed, acts, randomized in rollouts:
@@ -154,7 +154,7 @@ def test_mode_all(rollouts):
     assert truncated > 10
 
 
-def test_mode_some(rollouts):
+def test_mode_some_relabels_a_uniform_number_of_extra_goals(rollouts):
     relabel = HindsightInstructionRelabeler("some", rng=np.random.default_rng(1))
     extra = []
     for traj, seed, acts, randomized in rollouts:
@@ -264,7 +264,7 @@ def test_bad_mode():
     assert "sometimes" in msg and all(m in msg for m in ("none", "some", "all"))
 
 
-def test_missing_keys():
+def test_missing_achieved_key_raises_unless_mode_none():
     traj = _hand_traj([[5, 3], [5, 2]], [[4, 2]], [0])
     del traj.obs["achieved"]
     with pytest.raises(ValueError):

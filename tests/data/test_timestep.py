@@ -38,7 +38,7 @@ def test_validate_catches_bad_shapes():
 
 
 @pytest.mark.parametrize("fmt", ["npz", "npz-compressed", "traj"])
-def test_round_trip(tmp_path, fmt):
+def test_saved_trajectory_loads_back_equal(tmp_path, fmt):
     traj = Trajectory.from_transitions(
         {"observation": np.arange(12, dtype=np.float32).reshape(4, 3), "img": np.full((4, 2, 2, 3), 7, np.uint8)},
         [1.0, 2.0, 3.0], [0, 0, 1], np.eye(2, dtype=np.float32)[[0, 1, 1]],
@@ -77,7 +77,7 @@ def test_names_and_timestamps():
         timestamp_of("protected_demo.npz")
 
 
-def test_unknown_extension(tmp_path):
+def test_unknown_file_extension_is_rejected(tmp_path):
     p = tmp_path / "x.csv"
     p.write_text("1")
     with pytest.raises(ValueError, match="unknown trajectory file type"):

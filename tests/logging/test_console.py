@@ -73,7 +73,7 @@ def test_rich_bar_run_eta_uses_finished_epochs():
     con.close()
 
 
-def test_success_summary():
+def test_success_summary_averages_success_and_per_attempt_rates():
     val = {"Average Total Return in A": 1.0, "Average Success in A": 1.0, "Average Success in B": 0.5}
     assert success_summary(val) == {"val success": "0.75"}
     kshot = {f"Average Episode {i} Success in L": s for i, s in ((1, 0.25), (2, 0.5), (3, 0.875))}

@@ -372,7 +372,7 @@ def test_hydra_cnn_defaults_match_the_class_and_typos_fail():
 
 
 # --- ImageMemory env --------------------------------------------------------------------------------------
-def test_image_memory_env():
+def test_image_memory_env_shows_the_cue_then_pays_the_match():
     env = ImageMemory(size=12, horizon=4)
     assert env.env_name == "ImageMemory-12px-H4"
     assert ImageMemory().env_name == "ImageMemory-16px-H8"

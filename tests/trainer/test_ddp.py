@@ -37,7 +37,7 @@ def test_parameters_identical_across_ranks(tmp_path):
     assert any(not torch.equal(v, a["agent"][k]) for k, v in init.items())
 
 
-def test_cli_under_torchrun(tmp_path):
+def test_amago_train_under_torchrun_writes_one_run_and_one_tracker(tmp_path):
     run_dir = tmp_path / "run"
     r = _torchrun(["-m", "amago_app.cli.train", *TINY, "trainer.epochs=2", f"hydra.run.dir={run_dir}",
                    "logger=wandb", "logger.mode=offline", "logger.tensorboard=true"], cwd=tmp_path)

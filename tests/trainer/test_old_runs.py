@@ -49,12 +49,12 @@ def test_its_config_loads_with_todays_classes(old_run):
     assert cfg.exploration.start_steps == 1 and cfg.exploration.decision_steps == 3
 
 
-def test_it_evaluates(old_run):
+def test_old_run_evaluates_its_latest_policy(old_run):
     summary = evaluate(old_run, ["episodes=2"])
     assert summary["episodes"] == 2 and summary["weights"].endswith("latest/policy.pt")
 
 
-def test_it_resumes_where_it_stopped(old_run, tmp_path):
+def test_old_run_resumes_where_it_stopped(old_run, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. "holds no buffer: starting fresh": every saved part is restored
         result = train(compose_config([f"resume={old_run}"]), tmp_path / "unused",

@@ -190,7 +190,7 @@ def test_moves_clip_and_observe_position():
     np.testing.assert_allclose(obs, [0.75, 0.25, 0, 0])  # clipped at the right edge
 
 
-def test_hide_progress():
+def test_hidden_progress_feature_stays_zero():
     env = MetaFrozenLake(size=3, k_episodes=3, show_k_progress=False)
     env.reset(seed=0)
     for _ in range(30):
@@ -264,5 +264,5 @@ def test_env_name_and_spaces():
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"hard_mode": True, "recover_mode": True}, {"slip_chance": 0.2}])
-def test_check_env(kwargs):
+def test_passes_gymnasium_env_checker(kwargs):
     check_env(MetaFrozenLake(size=5, k_episodes=3, **kwargs), skip_render_check=True)

@@ -153,7 +153,7 @@ def test_bad_arguments():
         RoomKeyDoor(start_location="center")
 
 
-def test_env_name():
+def test_env_name_spells_out_the_parameters():
     assert RoomKeyDoor().env_name == "DarkKeyDoor-9x9-T50-H500"
     name = RoomKeyDoor(dark=False, size=8, randomize_actions=True).env_name
     assert name == "LightKeyDoor-8x8-T50-H500-RandActions"
@@ -161,5 +161,5 @@ def test_env_name():
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"dark": False, "randomize_actions": True, "size": 5}])
-def test_check_env(kwargs):
+def test_passes_gymnasium_env_checker(kwargs):
     check_env(RoomKeyDoor(**kwargs), skip_render_check=True)

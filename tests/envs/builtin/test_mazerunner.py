@@ -215,11 +215,11 @@ def test_seeding_reproducible():
     assert not np.array_equal(a[0], c[0]) or not np.array_equal(a[1], c[1])
 
 
-def test_env_name():
+def test_env_name_spells_out_the_parameters():
     assert MazeRunner().env_name == "MazeRunner-11x11-k3"
     assert MazeRunner(15, 4, 300, True).env_name == "MazeRunner-15x15-k4-RandActions"
 
 
 @pytest.mark.parametrize("rand", [False, True])
-def test_check_env(rand):
+def test_passes_gymnasium_env_checker(rand):
     check_env(MazeRunner(maze_dim=9, randomized_action_space=rand), skip_render_check=True)

@@ -205,5 +205,5 @@ def test_env_name_and_spaces():
 
 
 @pytest.mark.parametrize("cls", [TMazePassive, TMazeActive])
-def test_check_env(cls):
+def test_passes_gymnasium_env_checker(cls):
     check_env(cls(corridor_length=5), skip_render_check=True)

@@ -251,7 +251,7 @@ def test_gymnax_through_amago_env_already_vectorized():
     assert nested["a"] == spaces.Discrete(3) and nested["b"].shape == (2,)
 
 
-def test_gymnax_training_smoke(tmp_path):
+def test_gymnax_env_trains_one_tiny_epoch(tmp_path):
     pytest.importorskip("jax")
     pytest.importorskip("gymnax")
     from amago_app.trainer.run import train
@@ -264,7 +264,7 @@ def test_gymnax_training_smoke(tmp_path):
 
 
 # --- POPGym training smoke -------------------------------------------------------------------------------------
-def test_popgym_training_smoke(tmp_path):
+def test_popgym_env_trains_one_tiny_epoch(tmp_path):
     pytest.importorskip("popgym")
     from amago_app.trainer.run import train
 

@@ -248,7 +248,7 @@ def test_discrete_like_continuous():
     torch.testing.assert_close(soft, Discrete().action_from_buffer(F.one_hot(torch.tensor([1]), A).float()))
 
 
-def test_multibinary():
+def test_multibinary_distribution_samples_bits_with_finite_log_probs():
     f = Multibinary()
     assert not f.has_rsample and f.action_kind == "multibinary" and f.input_dim(5) == 5
     raw = torch.randn(*SHAPE, A) * 3
@@ -263,7 +263,7 @@ def test_multibinary():
     assert d.entropy().shape == SHAPE
 
 
-def test_distribution_names():
+def test_distribution_resolves_names_and_rejects_unknown_ones():
     assert isinstance(distribution("gmm"), GMM)
     assert isinstance(distribution("discrete_like_continuous"), DiscreteLikeContinuous)
     assert isinstance(distribution(Beta), Beta)
@@ -275,7 +275,7 @@ def test_distribution_names():
 @pytest.mark.parametrize("kind,dist_key,dist", [("continuous", "continuous_dist_type", "beta"),
                                                  ("discrete", "discrete_dist_type", "discrete"),
                                                  ("multibinary", "multibinary_dist_type", None)])
-def test_actor_heads(cls, kind, dist_key, dist):
+def test_actor_heads_sample_per_gamma_and_reject_mismatched_dists(cls, kind, dist_key, dist):
     kw = {"n_layers": 1, "d_hidden": 8} if cls is Actor else {"feature_dim": 8, "residual_ff_dim": 16}
     actor = cls(state_dim=6, action_dim=A, action_kind=kind, num_gammas=2, **kw, **{dist_key: dist})
     d = actor(torch.randn(4, 3, 6))
