@@ -27,7 +27,8 @@ RUN = [*TINY, "trainer.threads=1", "trainer.ckpt_interval=1"]
 
 def train(*args, cwd: Path, **extra) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "AMAGO_DISK_FULL_AT")}
-    env.update(OMP_NUM_THREADS="1", **extra)
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")])),
+               **extra)  # (tests/: where AMAGO_DISK_FULL_AT is read)
     return subprocess.run([sys.executable, "-m", "amago_app.cli.train", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env=env)
 

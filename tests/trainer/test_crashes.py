@@ -19,14 +19,14 @@ from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints, RunDirError, find_training_state, read_checkpoint
 from amago_app.evaluation.evaluate import evaluate
 from amago_app.trainer.run import train
-from conftest import TINY, compose_config
+from conftest import TESTS_DIR, TINY, compose_config
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def amago_train(run: Path, *args, crash_at: str | None = None, wait: bool = True):
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "AMAGO_CRASH_AT")}
-    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
+    env.update(PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS_DIR)]), OMP_NUM_THREADS="1")  # (faults: tests/)
     if crash_at:
         env["AMAGO_CRASH_AT"] = crash_at
     cmd = [sys.executable, "-m", "amago_app.cli.train", *TINY, "trainer.threads=1", "trainer.ckpt_interval=1",

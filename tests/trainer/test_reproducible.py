@@ -14,7 +14,7 @@ import torch
 from amago_app.logging.metrics import read_jsonl
 from amago_app.rundir import Checkpoints
 from amago_app.trainer.run import train
-from conftest import TINY, compose_config
+from conftest import TESTS_DIR, TINY, compose_config
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -54,10 +54,10 @@ def test_same_seed_same_run(tmp_path):
 
 
 def _killed_run(tmp_path, cfg, crash_at, name):
-    """`amago-train` with `cfg` in a subprocess that SIGKILLs itself at `crash_at` (rundir.crash_point)."""
+    """`amago-train` with `cfg` in a subprocess that SIGKILLs itself at `crash_at` (fault_injection.point)."""
     run_dir = tmp_path / name
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1", AMAGO_CRASH_AT=crash_at)
+    env.update(PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS_DIR)]), OMP_NUM_THREADS="1", AMAGO_CRASH_AT=crash_at)
     r = subprocess.run([sys.executable, "-m", "amago_app.cli.train", *TINY, *cfg, f"hydra.run.dir={run_dir}"],
                        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]

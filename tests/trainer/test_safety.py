@@ -69,10 +69,10 @@ def test_config_targets_outside_amago_app_are_refused(run, tmp_path):
 
 
 def test_targets_reaching_foreign_code_through_amago_app_modules_are_refused(run, tmp_path):
-    """A path under amago_app. is not enough: `amago_app.rundir.os.system` is os.system reached through a module
-    attribute; private helpers are not targets either."""
+    """A path under amago_app. is not enough: `amago_app.rundir.lock.os.system` is os.system reached through a
+    module attribute; private helpers are not targets either."""
     marker = tmp_path / "PWNED"
-    for target in ("amago_app.rundir.os.system", "amago_app.trainer.loop.torch.load",
+    for target in ("amago_app.rundir.lock.os.system", "amago_app.trainer.loop.torch.load",
                    "amago_app.config.overrides._check_key"):
         crafted = _copy_run(run, tmp_path / target.replace(".", "-"))
         cfg = OmegaConf.load(crafted / "config.yaml")

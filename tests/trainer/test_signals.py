@@ -71,7 +71,7 @@ LONG = [*TINY, "trainer.threads=1", "trainer.epochs=100000", "trainer.ckpt_inter
 
 
 def _start_paused(tmp_path: Path, run: Path, pause_at: str) -> subprocess.Popen:
-    """A long run whose loop holds for a while the first time it reaches `pause_at` (rundir.crash_point), touching
+    """A long run whose loop holds for a while the first time it reaches `pause_at` (fault_injection.point), touching
     tmp_path/paused then."""
     env = {**_env(), "AMAGO_PAUSE_AT": f"{pause_at}:1:6", "AMAGO_PAUSE_MARKER": str(tmp_path / "paused")}
     return subprocess.Popen([sys.executable, "-m", "amago_app.cli.train", *LONG, f"hydra.run.dir={run}"],

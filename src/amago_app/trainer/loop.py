@@ -23,7 +23,7 @@ from amago_app.interaction.build import check_rollout_memory
 from amago_app.interaction.rollout import actor_sampling, balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
-from amago_app.rundir import Checkpoints, crash_point, resume_arg
+from amago_app.rundir import Checkpoints, resume_arg
 from amago_app.trainer import checkpointing
 from amago_app.trainer.build import (
     build_accelerator,
@@ -197,7 +197,6 @@ class Trainer:
     def record_collection(self, stats, seconds: float, beside_update: bool = False) -> float:
         """The recorder's finished trajectories to the buffer, frame counters, `train/` metrics; env steps/s."""
         fps = sum(stats.frames.values()) / max(seconds, 1e-9)
-        crash_point("collect")
         self.recorder.flush(self.buffer.save_new_trajs_to)
         local = {name: n for name, n in stats.frames.items()}
         merged = gather_object([local]) if self.accelerator.num_processes > 1 else [local]
@@ -380,7 +379,6 @@ class Trainer:
                 if first_compiled:  # torch.compile traces and compiles the update on its first call
                     self.compile_seconds = time.perf_counter() - step_start
                     self.console.print(f"compiled the update in {self.compile_seconds:.1f} s (the first update)")
-                crash_point("update")
                 if log_step and self.is_main:
                     last = self.log("train-update", metrics)
                 advance(1)
