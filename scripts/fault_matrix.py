@@ -827,8 +827,8 @@ MATRIX: list[Case] = [
          cmd=(*RESUME, "trainer.epochs=4", "trainer.val_interval=null"), outcome=marked),
     Case("the same, with `allow_pickle: true` written into the run's config.yaml", dir="copy:payload-traj",
          fault=pickled_traj(True), cmd=(*RESUME, "trainer.epochs=4", "trainer.val_interval=null"), outcome=marked),
-    Case("config.yaml `_target_: amago_app.rundir.os.system`, `amago-eval`", dir="copy:payload-via-amago",
-         fault=env_target("amago_app.rundir.os.system"), cmd=("eval", "{d}", "episodes=1"), outcome=marked),
+    Case("config.yaml `_target_: amago_app.rundir.lock.os.system`, `amago-eval`", dir="copy:payload-via-amago",
+         fault=env_target("amago_app.rundir.lock.os.system"), cmd=("eval", "{d}", "episodes=1"), outcome=marked),
     Case("`env.make._target_=os.system` added to `overrides_history.yaml`, `resume=`", dir="copy:payload-history",
          fault=history_target, cmd=RESUME, outcome=marked),
     # the saved-run trust boundary, run from inside the crafted directory (where a user who downloaded it would
