@@ -96,7 +96,7 @@ def _truncate(path: Path):
     path.write_bytes(data[: len(data) // 2])
 
 
-def test_truncated_files(tmp_path):
+def test_truncated_checkpoints_are_named_and_the_newest_intact_state_resumes(tmp_path):
     run = _run(tmp_path)
     ck = Checkpoints(run)
     _truncate(ck.state_dir(2) / "main.pt")
