@@ -9,19 +9,50 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from amago_app.cli.bench import TASKS, main
+from amago_app.cli import bench_rows
+from amago_app.cli.bench import main
 from conftest import compose_config
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
-def test_every_row_is_a_preset_with_its_declared_budget(name):
-    task = TASKS[name]
-    cfg = compose_config([f"+experiment=bench/{task.preset}"], tiny=False)
-    assert cfg.trainer.epochs == task.epochs
+@pytest.fixture(scope="module")
+def exported():
+    """What `amago-bench --export-settings` reports for every row (one process for all rows)."""
+    done = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--export-settings"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("name", bench_rows.row_names())
+def test_what_amago_bench_reports_is_the_presets(name, exported):
+    """A row is defined once, by its preset: the budget, threshold and metric amago-bench reports (and hands to
+    scripts/compare_original.py) are what the preset composes to."""
+    cfg = compose_config([f"+experiment=bench/{name}"], tiny=False)
+    row = exported[name]
+    assert row["bench"]["epochs"] == cfg.trainer.epochs == row["variants"]["memory"]["trainer.epochs"]
+    assert row["bench"]["threshold"] == cfg.bench.threshold and row["bench"]["metric"] == cfg.bench.metric
+    assert set(row["variants"]) == ({"memory", "ff"} if cfg.bench.baseline else {"memory"})
+    assert row["variants"]["memory"]["trainer.learning_rate"] == cfg.trainer.learning_rate
     assert cfg.trainer.val_interval and cfg.trainer.val_timesteps_per_epoch > 0
+
+
+def test_a_typo_in_a_bench_block_fails_at_compose_time(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--export-settings", "--tasks", "cartpole",
+                        "--override", "bench.treshold=1"], capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "bench.treshold" in lines[0], r.stderr[-2000:]
+
+
+def test_preset_comments_are_one_line_and_a_link():
+    for name in bench_rows.row_names():
+        text = (Path(bench_rows.config_dir()) / "experiment" / "bench" / f"{name}.yaml").read_text()
+        comments = [line for line in text.splitlines() if "#" in line and line.strip() != "# @package _global_"]
+        assert len(comments) == 1 and f"docs/results.md#{name}" in comments[0], (name, comments)
 
 
 def test_a_tiny_run_is_measured_and_reported(tmp_path):
@@ -50,7 +81,7 @@ def test_a_tiny_run_is_measured_and_reported(tmp_path):
 
 
 def test_jobs_of_several_rows_keep_their_own_overrides(tmp_path):
-    from amago_app.cli.bench import jobs_for
+    from amago_app.cli.bench_run import jobs_for
 
     jobs = jobs_for(["tmaze_h50", "cartpole", "memory_chain"], [0, 1], tmp_path, 1.0, ["trainer.batch_size=8"])
     by_row = {(j.task, j.variant): j.overrides for j in jobs if j.seed == 0}
@@ -59,11 +90,12 @@ def test_jobs_of_several_rows_keep_their_own_overrides(tmp_path):
     for (task, variant), overrides in by_row.items():
         assert ("traj_encoder=ff" in overrides) == (variant == "ff"), (task, variant, overrides)
         assert overrides[0] == f"+experiment=bench/{task}" and "trainer.batch_size=8" in overrides
-        assert f"trainer.epochs={TASKS[task].epochs}" in overrides and overrides[-1] == "seed=0"
+        assert f"trainer.epochs={bench_rows.task(task).epochs}" in overrides and overrides[-1] == "seed=0"
 
 
 def test_baselines_may_run_fewer_seeds(tmp_path):
-    from amago_app.cli.bench import jobs_for, task_result
+    from amago_app.cli.bench_run import jobs_for
+    from amago_app.cli.bench_score import task_result
 
     jobs = jobs_for(["tmaze_h50", "cartpole"], [0, 1, 2], tmp_path, 1.0, baseline_seeds=[0])
     assert sorted((j.task, j.variant, j.seed) for j in jobs) == [
@@ -83,7 +115,7 @@ def test_bad_arguments_exit_with_one_line(capsys):
 
 
 def test_cpu_seconds_to_threshold_follow_the_gradient_steps_not_the_wall_clock():
-    from amago_app.cli.bench import _cpu_to
+    from amago_app.cli.bench_score import _cpu_to
 
     # the machine got busy after the threshold: wall time to it is 10% of the run, its updates 40%
     reached = {"gradient_steps": 400, "wall_time": 100.0}
@@ -113,7 +145,8 @@ def test_the_originals_runs_are_reported_next_to_amago_apps(tmp_path, capsys):
     """Runs of the original AMAGO (variants original / original-memoryfree, written by scripts/compare_original.py)
     join the row: found by their seed directories, one comparison table per row (per variant, mode and seed:
     updates and env steps to the threshold, best, final), drawn in their own colours on the row's plot."""
-    from amago_app.cli.bench import task_figure, task_result
+    from amago_app.cli.bench_report import task_figure
+    from amago_app.cli.bench_score import task_result
 
     runs = tmp_path / "runs" / "tmaze_h50"
     _fake_run(runs / "memory" / "seed0", {"val": [0, 0.5, 1.0], "val-sampled": [0, 0.4, 0.96]}, False, False)
@@ -122,7 +155,7 @@ def test_the_originals_runs_are_reported_next_to_amago_apps(tmp_path, capsys):
     _fake_run(runs / "original" / "seed3", {"val": [0, 0.5, 0.5], "val-sampled": [0, 0.5, 0.5]}, False, True, 80.0)
     _fake_run(runs / "original-memoryfree" / "seed0", {"val": [0, 0.5, 0.5]}, False, True)
     assert main(["--tasks", "tmaze_h50", "--seeds", "0,1", "--baseline-seeds", "none", "--report-only",
-                 "--out", str(tmp_path)]) == 0
+                 "--out", str(tmp_path), "--results-page", str(tmp_path / "page.md")]) == 0
     result = json.loads((tmp_path / "tmaze_h50.json").read_text())
     assert list(result["variants"]["original"]["seeds"]) == ["0", "3"]  # found, not asked for
     assert result["variants"]["original"]["val_mode"] == "greedy"
@@ -147,10 +180,12 @@ def test_the_originals_runs_are_reported_next_to_amago_apps(tmp_path, capsys):
 
 
 def test_rows_without_the_originals_runs_keep_their_report(tmp_path):
-    from amago_app.cli.bench import task_figure, task_result
+    from amago_app.cli.bench_report import task_figure
+    from amago_app.cli.bench_score import task_result
 
     _fake_run(tmp_path / "runs" / "tmaze_h50" / "memory" / "seed0", {"val": [0, 1.0]}, False, False)
-    assert main(["--tasks", "tmaze_h50", "--seeds", "0", "--report-only", "--out", str(tmp_path)]) == 0
+    assert main(["--tasks", "tmaze_h50", "--seeds", "0", "--report-only", "--out", str(tmp_path),
+                 "--results-page", str(tmp_path / "page.md")]) == 0
     assert "original" not in (tmp_path / "results.md").read_text()
     fig = task_figure(task_result("tmaze_h50", tmp_path, [0]))
     assert "preset|score" in {line.get_gid() for line in fig.axes[0].get_lines()}

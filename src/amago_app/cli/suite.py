@@ -19,7 +19,7 @@ defaults do on tasks nothing was chosen on, so `--split` runs the tuning half un
                                 evaluation of each seed, greedy and sampled
     <out>/runs/<task>/defaults/seed<k>/   the run directories; the final evaluations in their eval/ folder
 
-The job runner, its supervision and its signal handling are amago-bench's (`cli/bench.py`): finished runs and
+The job runner, its supervision and its signal handling are amago-bench's (`cli/bench_run.py`): finished runs and
 evaluations are not run again, a signal stops every running process. `--override` is for smoke tests of the
 machinery; a table made with it says that it is not the suite's defaults.
 """
@@ -413,8 +413,8 @@ def _check(args) -> tuple[list[SuiteTask], list[int]]:
 
 
 def run_suite(args, bench: ModuleType) -> int:
-    """`amago-bench --suite ...` with amago-bench's parsed arguments. `bench` is amago-bench's module, handed in
-    (its job runner, StopMatrix and outcome files) so that the two modules import in one direction only."""
+    """`amago-bench --suite ...` with amago-bench's parsed arguments. `bench` is amago-bench's runner module
+    (cli/bench_run.py: its job runner, StopMatrix and outcome files), handed in by amago-bench."""
     try:
         tasks, seeds = _check(args)
     except _Refused as e:

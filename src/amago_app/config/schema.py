@@ -602,6 +602,23 @@ class LoggerConfig:
 
 
 @dataclass
+class BenchConfig:
+    """What success means for an `amago-bench` row (conf/experiment/bench/<row>.yaml). amago-bench reads it from
+    the composed preset; training never does."""
+
+    metric: str = MISSING
+    """Validation metric name without the `val/` prefix; `*` matches the env name part."""
+    threshold: float = MISSING
+    """The row is reached at the first validation with the score at or above this."""
+    what: str = MISSING
+    """One line on the task, the plot's title."""
+    baseline: bool = False
+    """Also run the memory-free baseline (`traj_encoder=ff`): the row is a memory task."""
+    first_attempt_metric: Optional[str] = None
+    """k-shot rows: the score is `metric` (the last attempt) minus this (attempt 1)."""
+
+
+@dataclass
 class Config:
     env: EnvConfig = MISSING
     tstep_encoder: Any = MISSING
@@ -623,6 +640,8 @@ class Config:
     amago-eval) besides `amago_app.*`; any other target there is refused, since instantiating it runs code."""
     objective: str = "final"
     """What `amago-train` returns to a Hydra sweeper (e.g. Optuna): the run's final | best validation return."""
+    bench: Optional[BenchConfig] = None
+    """Set by the `amago-bench` row presets only: the row's metric and threshold (training ignores it)."""
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

@@ -1,0 +1,151 @@
+"""amago-bench's reports of a matrix under `--out`: `<row>.json` (per-seed and aggregate figures), `<row>.png`
+(learning curves: seeds thin, mean bold, threshold dashed; the original AMAGO's runs in their own colours),
+`results.md` (one table over the rows, and one table per row run beside the original) and `results.json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from amago_app.cli.bench_score import ORIGINAL_VARIANTS, VARIANT_LABELS, task_result
+
+
+def _fmt(x, digits=3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}" if isinstance(x, float) else f"{x:,}"
+
+
+def _modes_cell(modes: dict) -> str:
+    cell = lambda mode: (f"{_fmt(modes[mode]['mean_best'])} / {_fmt(modes[mode]['mean_final'])}" if mode in modes
+                         else "-")
+    return f"{cell('greedy')}; {cell('sampled')}"
+
+
+def markdown_table(results: list[dict]) -> str:
+    lines = ["| row | threshold | seeds reached | wall / CPU s to threshold (median) | updates / env steps to "
+             "threshold (median) | best / final (mean) | greedy / sampled validation: best / final (mean) | "
+             "updates/s | memory-free baseline best / final |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r["variants"]["memory"]
+        if m["partial"] and m["seeds_run"]:
+            partial = f" (runs stopped at epoch {m['stopped_at_epoch']} of {r['epochs']})"
+        elif m["seeds_unfinished"]:
+            partial = f" (+{m['seeds_unfinished']} stopped early, {m['unfinished_reached']} of them reached)"
+        else:
+            partial = ""
+        if not m["seeds_run"]:
+            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | | |")
+            continue
+        ff = r["variants"].get("ff")
+        base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
+                                       f"{_fmt(ff['mean_best'])} / {_fmt(ff['mean_final'])} "
+                                       f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
+        wall, cpu = m["median_wall_to_threshold_s"], m["median_cpu_seconds_to_threshold"]
+        lines.append(
+            f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']}{partial} | "
+            f"{'-' if wall is None else f'{wall:.0f} s'} / {'-' if cpu is None else f'{cpu:.0f} s'} | "
+            f"{_fmt(m['median_updates_to_threshold'])} / "
+            f"{_fmt(m['median_env_steps_to_threshold'])} | {_fmt(m['mean_best'])} / {_fmt(m['mean_final'])} | "
+            f"{_modes_cell(m.get('modes', {}))} | {_fmt(m['mean_updates_per_s'])} | {base} |")
+    return "\n".join(lines) + "\n"
+
+
+def _per_seed(values: list) -> str:
+    return " / ".join(_fmt(v) for v in values)
+
+
+def comparison_table(result: dict) -> str:
+    """One row's runs of amago_app and of the original AMAGO side by side: per variant and validation action
+    mode, the seeds that reached the threshold, then per seed (in the order of the seeds column) updates and
+    env steps at the first validation at or above it, the best and the final value, and the run's CPU seconds.
+    Empty when the row has no run of the original."""
+    variants = result["variants"]
+    if not any(v in variants for v in ORIGINAL_VARIANTS):
+        return ""
+    lines = [f"### {result['task']}: amago_app vs the original AMAGO (same settings and budget)", "",
+             f"Threshold {_fmt(result['threshold'])} on `{result['metric']}`. Every run validated in both action "
+             "modes on the same schedule; `val` mode is the one the run was configured with (the presets: greedy; "
+             "the original's own default: sampled). Per-seed columns follow the seeds column; - = not reached.", "",
+             "| variant | validation | seeds | reached | updates to threshold | env steps to threshold | best | final "
+             "| CPU s per run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for variant, v in variants.items():
+        ran = {s: r for s, r in v["seeds"].items() if r["validations"]}
+        if not ran:
+            continue
+        for mode in ("greedy", "sampled"):
+            per = {s: r["modes"][mode] for s, r in ran.items() if mode in r["modes"]}
+            if not per:
+                continue
+            reached = sum(m["updates_to_threshold"] is not None or m["env_steps_to_threshold"] is not None
+                          for m in per.values())
+            label = mode + (" (val)" if v.get("val_mode") == mode else "")
+            unfinished = sum(not ran[s]["finished"] for s in per)
+            seeds = ", ".join(per) + (f" ({unfinished} unfinished)" if unfinished else "")
+            lines.append(
+                f"| {VARIANT_LABELS.get(variant, variant)} | {label} | {seeds} | {reached}/{len(per)} | "
+                f"{_per_seed([m['updates_to_threshold'] for m in per.values()])} | "
+                f"{_per_seed([m['env_steps_to_threshold'] for m in per.values()])} | "
+                f"{_per_seed([m['best'] for m in per.values()])} | {_per_seed([m['final'] for m in per.values()])} | "
+                f"{_per_seed([ran[s]['cpu_seconds'] for s in per])} |")
+    return "\n".join(lines) + "\n"
+
+
+def task_figure(result: dict):
+    """Seeds as thin lines, their mean bold, the threshold dashed; each variant (the memory-free baseline, the
+    original AMAGO's runs) in its own colour. A matplotlib Figure, or None when nothing has been validated."""
+    from amago_app.logging.curves import MetricSpec, RunData, plot_metric
+
+    groups: dict[str, list[RunData]] = {}
+    for variant, v in result["variants"].items():
+        runs = []
+        for seed, s in v["seeds"].items():
+            if not s["curve"]:
+                continue
+            # the row's score (e.g. attempt k minus attempt 1) as a metric of its own, so plot_metric draws it
+            run = RunData(Path(s["run_dir"]), {"seed": int(seed)}, [], {"val": [{"total_frames": p["total_frames"], "val/score": p["score"]}
+                                                                   for p in s["curve"]]})
+            runs.append(run)
+        if runs:
+            groups[variant] = runs
+    if any(v in groups for v in ORIGINAL_VARIANTS):  # amago_app and the original side by side, modes named
+        mode = lambda v: f" ({result['variants'][v]['val_mode']} validation)" if result["variants"][v].get(
+            "val_mode") else ""
+        groups = {VARIANT_LABELS[v] + mode(v): runs for v, runs in groups.items()}
+    else:
+        groups = {("memory-free (traj_encoder=ff)" if v == "ff" else "preset"): runs for v, runs in groups.items()}
+    if not groups:
+        return None
+    label = result["metric"] + (f" - {result['first_attempt_metric']}" if result["first_attempt_metric"] else "")
+    spec = MetricSpec(title=f"{result['task']}: {result['what']}", series=[("val", "score", "")], ylabel=label)
+    return plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
+
+
+def plot_task(result: dict, out_png: Path) -> Path | None:
+    from amago_app.logging.curves import save_figure
+
+    fig = task_figure(result)
+    if fig is None:
+        return None
+    path = save_figure(fig, out_png.with_suffix(""), ("png",))[0]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def write_results(names: list[str], out: Path, seeds: list[int], baseline_seeds: list[int] | None = None) -> list[dict]:
+    results = []
+    for name in names:
+        r = task_result(name, out, seeds, baseline_seeds)
+        (out / f"{name}.json").write_text(json.dumps(r, indent=1))
+        plot_task(r, out / f"{name}.png")
+        results.append(r)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    comparisons = [c for c in (comparison_table(r) for r in results) if c]
+    (out / "results.md").write_text("\n".join([markdown_table(results), *comparisons]))
+    return results

@@ -1,0 +1,135 @@
+"""amago-bench's rows. A row is a preset, `conf/experiment/bench/<row>.yaml`: what one run of it is and, in its
+`bench:` block, what success means (a validation metric and a threshold). Nothing about a row is written
+anywhere else: amago-bench composes the preset to learn the row's budget (trainer.epochs) and threshold, and
+`amago-bench --export-settings` hands the composed settings to `scripts/compare_original.py`, which runs the
+same row through the original AMAGO.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from amago_app.cli.errors import UserError, user_message
+from amago_app.config import config_dir, setup
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row: `amago-train +experiment=bench/<preset>` judged on a validation metric."""
+
+    preset: str
+    metric: str
+    """Validation metric name without the `val/` prefix; `*` matches the env name part."""
+    threshold: float
+    epochs: int
+    """The preset's trainer.epochs (the budget; `--budget-scale` multiplies it)."""
+    what: str
+    baseline: bool = False
+    """Also run `traj_encoder=ff` (memory-free) seeds: the row is a memory task."""
+    first_attempt_metric: str | None = None
+    """k-shot rows: success is `metric` (the last attempt) minus this (attempt 1) reaching the threshold."""
+
+
+#: Config keys that do not change what is learned (logging, checkpoints, threads, process layout, names, how
+#: validation is recorded) or that the presets leave at values these runs never reach. The settings exported
+#: and compared are every other key of the composed preset.
+NOT_LEARNING = (
+    "bench.", "logger.", "hydra.", "run_name", "seed", "resume", "allow_targets", "objective", "env.name",
+    "env.make_val", "env.max_seq_len", "env.val_timesteps", "env.mp_context", "env.step_timeout", "env.nan_to_num",
+    "env.make._partial_", "env.make.corridor_length", "env.make.meta_rollout_horizon", "env.make.id",
+    "env.make.name", "env.kwargs", "tstep_encoder._partial_", "traj_encoder._partial_", "traj_encoder.flex_compile",
+    "agent._partial_", "agent.actor._partial_", "agent.critic._partial_", "agent.fbc_filter_func._partial_",
+    "agent.actor.multibinary_dist_type.", "exploration._partial_", "exploration.horizon",
+    "buffer.root", "buffer.name", "buffer.cache_gb", "buffer.traj_save_len", "buffer.allow_pickle",
+    "buffer.max_file_gb", "buffer.on_env_change", "buffer.fixed_length", "buffer.prefetch", "buffer.loader_workers",
+    "trainer.val_timesteps_per_epoch", "trainer.ckpt_interval", "trainer.always_save_latest",
+    "trainer.always_load_latest", "trainer.mode", "trainer.collectors", "trainer.collector_threads",
+    "trainer.utd_ratio", "trainer.utd_slack", "trainer.policy_from", "trainer.force_reset_train_envs_every",
+    "trainer.val_both_modes", "trainer.max_nonfinite_updates", "trainer.compile", "trainer.compile_mode",
+    "trainer.cpu", "trainer.threads",
+    # one process runs each run (auto: off below 4 cores); on a larger machine pass
+    # --override trainer.overlap_collection=false for a like-for-like comparison with the original
+    "trainer.overlap_collection",
+)
+
+
+def row_names() -> list[str]:
+    """Every row: the presets under conf/experiment/bench/."""
+    return sorted(p.stem for p in (Path(config_dir()) / "experiment" / "bench").glob("*.yaml"))
+
+
+def compose(overrides: list[str]):
+    """The config `amago-train <overrides>` runs; a composition error (a typo in a preset's `bench:` block or an
+    override) is one line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    setup()
+    try:
+        with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+            return hydra_compose("config", overrides=list(overrides))
+    except Exception as e:  # noqa: BLE001 - re-raised unless it is a user error
+        message = user_message(e)
+        if message is None:
+            raise
+        raise UserError(f"{' '.join(overrides)}: {message}") from e
+
+
+@lru_cache(maxsize=None)
+def task(name: str) -> Task:
+    """The row `name` as its preset composes."""
+    if name not in row_names():
+        raise UserError(f"unknown row {name!r}; choose from {', '.join(row_names())}")
+    cfg = compose([f"+experiment=bench/{name}"])
+    b = cfg.bench
+    if b is None:
+        raise UserError(f"conf/experiment/bench/{name}.yaml has no bench: block (metric, threshold, what)")
+    return Task(name, b.metric, float(b.threshold), int(cfg.trainer.epochs), b.what, bool(b.baseline),
+                b.first_attempt_metric)
+
+
+def variants(t: Task) -> list[str]:
+    """The amago_app variants of a row: the preset ("memory") and, for memory rows, `traj_encoder=ff` ("ff")."""
+    return ["memory", "ff"] if t.baseline else ["memory"]
+
+
+def scaled_epochs(t: Task, scale: float) -> int:
+    return max(1, int(math.ceil(t.epochs * scale)))
+
+
+def run_overrides(t: Task, variant: str, scale: float = 1.0, extra: list[str] = ()) -> list[str]:
+    """The overrides of one run of a row (without its seed): the preset at the scaled budget, validated in both
+    action modes (the row is judged on the preset's mode; the table shows both)."""
+    epochs = scaled_epochs(t, scale)
+    out = [f"+experiment=bench/{t.preset}", f"trainer.epochs={epochs}", "trainer.val_both_modes=true"]
+    if scale != 1.0:  # keep a few validations in a shrunk run
+        out.append(f"trainer.val_interval={max(1, epochs // 4)}")
+    out += list(extra)
+    return out + (["traj_encoder=ff"] if variant == "ff" else [])
+
+
+def settings(t: Task, variant: str, scale: float = 1.0, extra: list[str] = ()) -> dict:
+    """What one run of the row learns with: the composed config's keys (dotted) but NOT_LEARNING's."""
+    from amago_app.trainer.run import flat_config
+
+    flat = flat_config(compose(run_overrides(t, variant, scale, extra)))
+    return {k: v for k, v in flat.items() if not k.startswith(NOT_LEARNING)}
+
+
+def digest(learning_settings: dict) -> str:
+    """A short fingerprint of a run's settings: runs made at other settings are told apart by it."""
+    return hashlib.sha256(json.dumps(learning_settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def export(names: list[str], scale: float = 1.0, extra: list[str] = ()) -> dict:
+    """`amago-bench --export-settings`: per row its `bench:` block, budget and the settings of each variant."""
+    out = {}
+    for name in names:
+        t = task(name)
+        out[name] = {"bench": asdict(t), "variants": {v: settings(t, v, scale, extra) for v in variants(t)}}
+    return out

@@ -1,0 +1,102 @@
+"""`amago-bench --report-only` writes the generated part of the results page from the runs on disk: only the
+text between the markers, one line per row, the runs at the row's current settings only (others left out and
+counted), the original AMAGO's runs at the same settings beside them, a plot per row beside the page, the CPU
+named and the commands that reproduce both sides; a row without runs says "not run"."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from amago_app.cli import bench_rows
+from amago_app.cli.bench_page import BEGIN, END, region
+from amago_app.cli.bench_run import cpu_model
+
+TINY = ["--budget-scale", "0.05", "--override", "trainer.train_batches_per_epoch=3",
+        "--override", "trainer.train_timesteps_per_epoch=20", "--override", "env.val_timesteps=30",
+        "--override", "env.parallel_actors=2"]
+PROSE_ABOVE = "# Results\n\nWhat we measured, written by hand.\n\n"
+PROSE_BELOW = "\n\n## cartpole\n\nWhy the defaults are what they are.\n"
+
+
+def _bench(*args, timeout=600):
+    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "amago_app.cli.bench", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _original_run(run_dir, settings: dict, scores: list[float], cpu: float):
+    """A finished run of the original as scripts/compare_original.py leaves it (original.json holds the settings
+    it was given: amago-bench's export)."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "original.json").write_text(json.dumps({"settings": settings, "commit": "0123456789abcdef0123"}))
+    (run_dir / "metrics").mkdir()
+    lines = [json.dumps({"epoch": i, "total_frames": 40 * i, "gradient_steps": 3 * i, "wall_time": 1.0 * i,
+                         "val/Average Total Return in CartPole-v1": y}) for i, y in enumerate(scores)]
+    (run_dir / "metrics" / "val.jsonl").write_text("\n".join(lines) + "\n")
+    (run_dir / "bench_done.json").write_text(json.dumps({"returncode": 0, "cpu_seconds": cpu,
+                                                         "cpu_model": "Original CPU 9000"}))
+
+
+def _region(page) -> str:
+    text = page.read_text()
+    return text[text.index(BEGIN):text.index(END) + len(END)]
+
+
+def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
+    out, page = tmp_path / "bench", tmp_path / "docs" / "results.md"
+    page.parent.mkdir()
+    page.write_text(PROSE_ABOVE + f"{BEGIN}\nold numbers\n{END}" + PROSE_BELOW)
+    r = _bench("--tasks", "cartpole", "--seeds", "0", "--jobs", "1", "--out", str(out), *TINY)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # the original's runs at the same settings (what compare_original.py writes), and one at other settings
+    exported = json.loads(_bench("--export-settings", "--tasks", "cartpole", *TINY).stdout)
+    settings = exported["cartpole"]["variants"]["memory"]
+    _original_run(out / "runs" / "cartpole" / "original" / "seed0", settings, [10.0, 480.0, 500.0], 90.0)
+    _original_run(out / "runs" / "cartpole" / "original" / "seed1", settings, [10.0, 20.0, 400.0], 70.0)
+    _original_run(out / "runs" / "cartpole" / "original" / "seed2", {**settings, "agent.gamma": 0.5}, [500.0], 1.0)
+
+    r = _bench("--report-only", "--out", str(out), "--results-page", str(page), *TINY)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = page.read_text()
+    assert text.startswith(PROSE_ABOVE) and text.endswith(PROSE_BELOW)  # nothing outside the markers changed
+    generated = _region(page)
+    assert "old numbers" not in generated and text.count(BEGIN) == 1
+    rows = {m.group(1): line for line in generated.splitlines() if (m := re.match(r"\| \[(\w+)\]", line))}
+    assert sorted(rows) == bench_rows.row_names()  # one line per row, whatever --tasks said
+    assert all("| not run |" in line for row, line in rows.items() if row != "cartpole")
+    mine = json.loads((out / "cartpole.json").read_text())["variants"]["memory"]["seeds"]["0"]
+    cells = [c.strip() for c in rows["cartpole"].split("|")[1:-1]]
+    assert cells[1] == "`Average Total Return in *` >= 475"
+    assert cells[2:4] == ["0", "0/1"] and cells[4] == "-"  # seeds, reached, updates / env steps to the threshold
+    assert cells[5] == f"{mine['final']:.3g} (1 seed)" and cells[6] == f"{mine['cpu_seconds']:,.0f}"
+    assert cells[7] == f"Original CPU 9000; {cpu_model()}" or cells[7] == f"{cpu_model()}; Original CPU 9000"
+    assert cpu_model() in open("/proc/cpuinfo").read()
+    # the original beside it: seeds 0-1 (seed 2 ran at other settings), 1 of 2 reached at 3 updates / 40 env
+    # steps, final 450 with its 95% interval (t 12.71 x 50 / sqrt(2) x sqrt(2)), 80 CPU s per run
+    assert cells[8] == "seeds 0, 1: 1/2, 3 / 40, 450 [-185, 1,085], 80 CPU s"
+    assert cells[9] == "[curves](bench/cartpole.png)" and (page.parent / "bench" / "cartpole.png").stat().st_size > 1000
+    assert ("`amago-bench --tasks cartpole --seeds 0 --budget-scale 0.05 --override trainer.train_batches_per_epoch=3"
+            in generated)
+    assert "python scripts/compare_original.py --amago <checkout of UT-Austin-RPL/amago at 0123456789ab>" in generated
+
+    # at other settings the same runs are not the row's figures: left out and counted, the stale curve removed
+    r = _bench("--report-only", "--out", str(out), "--results-page", str(page), *TINY, "--override",
+               "trainer.learning_rate=0.001")
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(x for x in _region(page).splitlines() if x.startswith("| [cartpole]"))
+    assert "not run (at these settings; 1 run(s) at other settings left out)" in line
+    assert not (page.parent / "bench" / "cartpole.png").exists()
+
+
+def test_a_missing_page_is_created_with_the_markers(tmp_path):
+    from amago_app.cli.bench_page import write_page
+
+    page = tmp_path / "docs" / "results.md"
+    write_page(page, region(["pendulum"], tmp_path / "bench", page))
+    text = page.read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    assert "| [pendulum](#pendulum) | `Average Total Return in *` >= -250 | not run |" in text
