@@ -9,35 +9,37 @@ the settings of an amago-bench row, and writes what `amago-bench` reads, next to
         metrics/val.jsonl          validation in the preset's action mode (trainer.sample_actions_val: greedy)
         metrics/val-sampled.jsonl  the other mode (sampled: the original's own default), like trainer.val_both_modes
         metrics/train.jsonl        the original's update metrics every trainer.log_interval updates
-        bench_done.json            exit status, wall and CPU seconds of the run (only when it finished)
+        bench_done.json            exit status, wall and CPU seconds, the CPU's model (only when it finished)
         original.json              the checkout (path, commit), the settings, what the original was given, and
                                    where it could not express a setting exactly
         original.log               the run's output
 
-then `amago-bench --tasks <row> --report-only --out <out>` draws amago_app and the original on one plot and
-one table per row. The original is never imported by amago_app: run this script with the Python that has the
-checkout's dependencies installed (the original needs gymnasium <= 0.29, amago_app >= 1.1, so they live in two
-environments), e.g.
+then `amago-bench --report-only --out <out>` draws amago_app and the original on one plot and one table per row.
+
+The settings are not written here: each row is its preset (conf/experiment/bench/<row>.yaml), and this script
+asks amago_app for them, composed, with `amago-bench --export-settings` (amago_app's keys, what
+`amago-train +experiment=bench/<row> --cfg job` prints, less the keys that do not change what is learned).
+What stays here is the translation: TRANSLATION says where each key goes in the original, CLASSES which of
+its classes stands for each of ours, ORIGINAL_ROWS what the original needs besides (the length of a rollout of
+the row's env, where it cannot express a setting). The original is never imported by amago_app, nor amago_app
+by the original: they need different gymnasium versions, so they live in two environments, and this script runs
+with the original's Python and calls amago_app's `amago-bench` (`--amago-bench`, default: on PATH), e.g.
 
     /path/to/original-venv/bin/python scripts/compare_original.py --amago /path/to/amago \\
-        --rows tmaze_h50,cartpole --seeds 0,1 --out bench/cmp [--budget-scale 0.1] [--jobs 2]
+        --amago-bench /path/to/amago_app-venv/bin/amago-bench \\
+        --rows tmaze_h50,cartpole --seeds 0,1 --out bench [--budget-scale 0.1] [--jobs 2]
 
 This file imports only the standard library (and scripts/speed_common.py, which does too) at the top, so
-amago_app's tests can load it and check the table
-below against the presets (tests/cli/test_compare_original.py): a preset that drifts from it fails a test.
-
-The settings are written in amago_app's config keys (what `amago-train +experiment=bench/<row> --cfg job`
-prints); TRANSLATION says where each one goes in the original. A row's settings are
-BASE | TRAJ_ENCODERS[traj] | AGENTS[agent] | ROWS[row]["settings"] (| MEMORY_FREE for the baseline).
+amago_app's tests can load it and check the translation against the composed presets.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -45,351 +47,41 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from speed_common import NATIVE_BF16_FLAGS, cpu_flags
+from original_run import gin_name, load_class, run_one
+from speed_common import NATIVE_BF16_FLAGS, cpu_flags, cpu_name
 
-# --- the table -----------------------------------------------------------------------------------------------
-# Settings every row shares (amago_app's defaults under the bench presets).
-BASE = {
-    "tstep_encoder._target_": "amago_app.nets.tstep.FFTstepEncoder",
-    "tstep_encoder.n_layers": 2,
-    "tstep_encoder.d_hidden": 128,
-    "tstep_encoder.d_output": 128,
-    "tstep_encoder.norm": None,
-    "tstep_encoder.out_norm": "layer",
-    "tstep_encoder.activation": "leaky_relu",
-    "tstep_encoder.hide_rl2s": False,
-    "tstep_encoder.hide_rewards": False,
-    "tstep_encoder.normalize_inputs": True,
-    "tstep_encoder.specify_obs_keys": None,
-    "tstep_encoder.auto_scale": False,
-    "agent.actor._target_": "amago_app.nets.heads.actor.Actor",
-    "agent.actor.n_layers": 2,
-    "agent.actor.d_hidden": 256,
-    "agent.actor.activation": "leaky_relu",
-    "agent.actor.dropout_p": 0.0,
-    "agent.actor.continuous_dist_type._target_": "amago_app.nets.heads.distributions.TanhGaussian",
-    "agent.actor.discrete_dist_type.clip_prob_low": 0.001,
-    "agent.actor.discrete_dist_type.clip_prob_high": 0.99,
-    "agent.actor.discrete_dist_type.clamped_grad": "zero",
-    "agent.critic.d_hidden": 256,
-    "agent.critic.n_layers": 2,
-    "agent.critic.dropout_p": 0.0,
-    "agent.critic.activation": "leaky_relu",
-    "agent.critic.normalization": None,
-    "agent.num_critics": 4,
-    "agent.num_critics_td": 2,
-    "agent.critic_loss_weight": 10.0,
-    "agent.gamma": 0.999,
-    "agent.multigammas": [0.1, 0.9, 0.95, 0.97, 0.99, 0.995],
-    "agent.use_multigamma": True,
-    "agent.reward_multiplier": 10.0,
-    "agent.tau": 0.003,
-    "agent.fake_filter": False,
-    "agent.num_actions_for_value_in_critic_loss": 1,
-    "agent.fbc_filter_func._target_": "amago_app.agents.filters.binary_filter",
-    "agent.fbc_filter_func.threshold": 0.0,
-    "agent.popart": True,
-    "agent.use_target_actor": True,
-    "agent.n_step": 1,
-    "agent.pass_obs_keys_to_actor": None,
-    "env.parallel_actors": 8,
-    "env.mode": "sync",
-    "buffer.kind": "disk",
-    "buffer.max_size": 20000,
-    "buffer.min_size": 1,
-    "buffer.stagger_traj_file_lengths": True,
-    "buffer.save_trajs_as": "npz",
-    "buffer.padded_sampling": "none",
-    "buffer.sample_by": "file",
-    "buffer.relabeler": None,
-    "trainer.epochs": 40,
-    "trainer.train_timesteps_per_epoch": 100,
-    "trainer.train_batches_per_epoch": 100,
-    "trainer.val_episodes": 32,
-    "trainer.start_learning_at_epoch": 0,
-    "trainer.start_collecting_at_epoch": 0,
-    "trainer.sample_actions_train": True,
-    "trainer.greedy_actor_fraction": 0.0,
-    "trainer.sample_actions_val": False,
-    "trainer.batch_size": 24,
-    "trainer.batches_per_update": 1,
-    "trainer.learning_rate": 0.0001,
-    "trainer.lr_warmup_steps": 200,
-    "trainer.grad_clip": 1.0,
-    "trainer.l2_coeff": 0.001,
-    "trainer.mixed_precision": "auto",
-    "trainer.log_interval": 50,
-}
-
-TRAJ_ENCODERS = {
-    "transformer": {
-        "traj_encoder._target_": "amago_app.nets.traj.transformer.TransformerTrajEncoder",
-        "traj_encoder.d_model": 128,
-        "traj_encoder.n_heads": 8,
-        "traj_encoder.d_ff": None,
-        "traj_encoder.n_layers": 2,
-        "traj_encoder.dropout_ff": 0.05,
-        "traj_encoder.dropout_emb": 0.05,
-        "traj_encoder.dropout_attn": 0.0,
-        "traj_encoder.dropout_qkv": 0.0,
-        "traj_encoder.activation": "leaky_relu",
-        "traj_encoder.norm": "layer",
-        "traj_encoder.pos_emb": "fixed",
-        "traj_encoder.max_time_idx": None,
-        "traj_encoder.sigma_reparam": True,
-        "traj_encoder.normformer_norms": True,
-        "traj_encoder.head_scaling": True,
-        "traj_encoder.qkv_gain": 1.0,
-        "traj_encoder.attention": "sdpa",
-        "traj_encoder.attn_mask": "causal",
-        "traj_encoder.window_size": None,
-        "traj_encoder.sink_size": 0,
-        "traj_encoder.sink_bias": 0.0,
-        "traj_encoder.logit_clip": 0.0,
-    },
-    "ff": {
-        "traj_encoder._target_": "amago_app.nets.traj.ff.FFTrajEncoder",
-        "traj_encoder.d_model": 128,
-        "traj_encoder.d_ff": None,
-        "traj_encoder.n_layers": 1,
-        "traj_encoder.dropout": 0.0,
-        "traj_encoder.activation": "leaky_relu",
-        "traj_encoder.norm": None,
-        "traj_encoder.out_norm": "layer",
-    },
-}
-
-# conf/traj_encoder/transformer_gain3.yaml: the same Transformer, its attention projection's σReparam scale
-# starting at 3
-TRAJ_ENCODERS["transformer_gain3"] = {**TRAJ_ENCODERS["transformer"], "traj_encoder.qkv_gain": 3.0}
-
-AGENTS = {
-    "agent": {  # the original's Agent: scalar critics, one output per action for discrete actions
-        "agent._target_": "amago_app.agents.agent.Agent",
-        "agent.critic._target_": "amago_app.nets.heads.critics.NCritics",
-        "agent.actor.discrete_dist_type._target_": "amago_app.nets.heads.distributions.Discrete",
-        "agent.online_coeff": 1.0,
-        "agent.offline_coeff": 0.1,
-        "agent.num_actions_for_value_in_actor_loss": 1,
-    },
-    "multitask": {  # the original's MultiTaskAgent: two-hot critics, filtered BC actor. For discrete actions
-        # amago_app's critic outputs one distribution per action, the original's takes the action as input
-        "agent._target_": "amago_app.agents.multitask.MultiTaskAgent",
-        "agent.critic._target_": "amago_app.nets.heads.critics.NCriticsTwoHot",
-        "agent.actor.discrete_dist_type._target_": "amago_app.nets.heads.distributions.DiscreteLikeContinuous",
-        "agent.actor.discrete_dist_type.gumbel_temperature": 0.5,
-        "agent.critic.output_bins": 128,
-        "agent.critic.use_symlog": True,
-        "agent.critic.label_type": "twohot",
-        "agent.critic.sigma": 0.75,
-        "agent.critic.init_value": None,
-        "agent.critic.discrete_layout": "per_action",
-        "agent.online_coeff": 0.0,
-        "agent.offline_coeff": 1.0,
-        "agent.num_actions_for_value_in_actor_loss": 3,
-    },
-}
-
-# The memory-free baseline (amago-bench's `traj_encoder=ff` variant) of the rows that have one.
-MEMORY_FREE = TRAJ_ENCODERS["ff"]
-
-# What depends on the run's length: exploration anneals over this fraction of each actor's env steps in the
-# (budget-scaled) run, amago_app's `${anneal_steps:epochs,train_timesteps_per_epoch,fraction}`.
-RELATIVE_ANNEAL = "exploration.steps_anneal_fraction_of_run"
-
-# One row per amago-bench row. `rollout_len`: steps of one episode (meta-rollout) of the row's env: the original
-# validates a number of steps per actor, so it is given (val_episodes / parallel_actors) rollouts' worth.
-# `notes`: where the original cannot express the preset exactly, and what was chosen instead.
-# Pendulum-v1 as both Pendulum rows run it (the Agent's and the MultiTaskAgent's).
-PENDULUM = {
-    "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
-    "env.horizon": None,
-    "env.id": "Pendulum-v1",
-    "max_seq_len": 16,
-    "env.traj_save_len": 512,
-    "agent.gamma": 0.99,
-    "agent.use_multigamma": False,
-    "agent.reward_multiplier": 1.0,
-    "agent.num_critics": 2,
-    "agent.critic.d_hidden": 128,
-    "agent.actor.d_hidden": 128,
-    "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-    "exploration.eps_start": 1.0,
-    "exploration.eps_end": 0.05,
-    RELATIVE_ANNEAL: 0.5,
-    "exploration.randomize_eps": True,
-    "trainer.epochs": 50,
-    "trainer.train_batches_per_epoch": 200,
-    "trainer.val_interval": 5,
-}
-
-# The POPGym rows' settings but for the env's name.
-POPGYM = {
-    "env.make._target_": "amago_app.envs.suites.popgym.POPGymEnv",
-    "env.make.truncated_is_done": True,
-    "env.horizon": 64,
-    "max_seq_len": 64,
-    "env.traj_save_len": 64,
-    "agent.reward_multiplier": 100.0,
-    "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-    "exploration.eps_start": 1.0,
-    "exploration.eps_end": 0.05,
-    RELATIVE_ANNEAL: 0.5,
-    "exploration.randomize_eps": True,
-    "trainer.epochs": 30,
-    "trainer.val_interval": 5,
-}
-
-# The T-maze rows' exploration: the original's T-maze example recipe (corridor noise, 100k-step anneal), with the
-# preset's noisy windows (its start_window / end_window: noise on the turn only; the example's own 0 / 3 wasted moves).
-CORRIDOR_EXPLORATION = {
-    "exploration._target_": "amago_app.interaction.exploration.CorridorEpsilonGreedy",
-    "exploration.eps_start": 1.0,
-    "exploration.eps_end": 0.01,
-    "exploration.steps_anneal": 100000,
-    "exploration.randomize_eps": True,
-    "exploration.decision_steps": 0,
-    "exploration.start_steps": 0,
-    "exploration.corridor_eps": None,
-}
-
-ROWS = {
-    "tmaze_h50": {
-        "traj": "transformer_gain3", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {
-            "env.make._target_": "amago_app.envs.builtin.tmaze.TMazePassive",
-            "env.id": None,
-            "env.horizon": 50,
-            "max_seq_len": 51,
-            "env.traj_save_len": None,
-            **CORRIDOR_EXPLORATION,
-            "trainer.val_interval": 2,
-            "trainer.greedy_actor_fraction": 0.5,
-        },
-        "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (the last step's goal "
-                  "reward) through the original's AMAGO_LOG_METRIC info keys",
-                  "corridor exploration is the original's own T-maze example recipe (TMazeExploration, loaded "
-                  "from the checkout's examples/04_tmaze.py); that example acts greedily while collecting "
-                  "(all actors); the preset has half of its actors sample and half act greedily "
-                  "(trainer.greedy_actor_fraction), which the original cannot, so this run samples as the "
-                  "preset's sample_actions_train says (--override trainer.sample_actions_train=false runs the "
-                  "example's choice)"],
-    },
-    "key_door": {
-        "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 100,
-        "settings": {
-            "env.make._target_": "amago_app.envs.builtin.key_door.RoomKeyDoor",
-            "env.id": None,
-            "env.make.size": 5,
-            "env.make.max_episode_steps": 20,
-            "env.make.dark": True,
-            "env.parallel_actors": 64,
-            "env.horizon": 100,
-            "max_seq_len": 100,
-            "env.traj_save_len": None,
-            "agent.reward_multiplier": 100.0,
-            "exploration._target_": "amago_app.interaction.exploration.BilevelEpsilonGreedy",
-            "exploration.rollout_horizon": 100,
-            "exploration.eps_start_start": 1.0,
-            "exploration.eps_start_end": 0.05,
-            "exploration.eps_end_start": 0.8,
-            "exploration.eps_end_end": 0.01,
-            RELATIVE_ANNEAL: 1.0,  # the preset anneals over the whole run
-            "exploration.randomize_eps": True,
-            "trainer.val_interval": 5,
-        },
-        "notes": ["the original's Dark Key-Door logs only the return (keys + doors): a wrapper adds "
-                  "'Total Successes' (doors reached per meta-rollout, the row's metric) through AMAGO_LOG_METRIC",
-                  "exploration anneals over the whole (budget-scaled) run, as the preset does; the original's "
-                  "Key-Door example anneals over an absolute 500,000 steps per actor"],
-    },
-    "cartpole": {
-        "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 500,
-        "settings": {
-            "agent.online_coeff": 1.0,
-            "agent.offline_coeff": 0.0,
-            "agent.critic.min_return": -50.0,
-            "agent.critic.max_return": 4100.0,
-            "agent.critic.output_bins": 32,
-            "agent.critic.use_symlog": False,
-            "agent.critic.label_type": "hlgauss",
-            "agent.critic.sigma": 2.0,
-            "env.make._target_": "amago_app.envs.gym_env.make_gym_env",
-            "env.horizon": None,
-            "env.id": "CartPole-v1",
-            "max_seq_len": 32,
-            "agent.n_step": 3,
-            "env.traj_save_len": 512,
-            "buffer.padded_sampling": "both",
-            "buffer.sample_by": "transition",
-            "exploration._target_": "amago_app.interaction.exploration.EpsilonGreedy",
-            "exploration.eps_start": 1.0,
-            "exploration.eps_end": 0.05,
-            RELATIVE_ANNEAL: 0.5,
-            "exploration.randomize_eps": True,
-            "trainer.val_interval": 4,
-        },
-        "validate_distribution_args": False,  # as multitask_discrete: the original's MultiTaskAgent on discrete actions
-        "notes": ["torch.distributions argument validation is off (see multitask_discrete)",
-                  "the original's two-hot critic takes the action as input (amago_app's: one distribution per action)",
-                  "validation runs 4 x 500 steps per actor: 32 episodes once the pole stays up, more (all that "
-                  "end) while episodes are short; amago_app counts exactly 32 episodes, so while episodes are "
-                  "short the original's validation costs more CPU (counted in its CPU seconds)"],
-    },
-    "pendulum": {
-        "traj": "ff", "agent": "agent", "baseline": False, "rollout_len": 200,
-        "settings": PENDULUM,
-        "notes": [],
-    },
-    "multitask_continuous": {  # the pendulum row with the MultiTaskAgent: bins over its return range
-        "traj": "ff", "agent": "multitask", "baseline": False, "rollout_len": 200,
-        "settings": {**PENDULUM, "agent.critic.min_return": -2000.0, "agent.critic.max_return": 100.0,
-                     "agent.critic.use_symlog": False, "agent.critic.label_type": "hlgauss", "agent.critic.sigma": 2.0,
-                     "agent.online_coeff": 1.0, "agent.offline_coeff": 0.1},
-        "notes": [],
-    },
-    "multitask_discrete": {
-        "traj": "transformer_gain3", "agent": "multitask", "baseline": False, "rollout_len": 31,
-        "settings": {
-            "env.make._target_": "amago_app.envs.builtin.tmaze.TMazePassive",
-            "env.id": None,
-            "env.horizon": 30,
-            "max_seq_len": 31,
-            "env.traj_save_len": None,
-            "agent.critic.min_return": -20.0,
-            "agent.critic.max_return": 20.0,
-            "agent.critic.use_symlog": False,
-            "agent.critic.label_type": "hlgauss",
-            "agent.critic.sigma": 2.0,
-            "agent.critic.output_bins": 32,
-            **CORRIDOR_EXPLORATION,
-            "trainer.learning_rate": 3e-4,
-            "trainer.val_interval": 4,
-        },
-        # the original's MultiTaskAgent scores buffer actions clipped into [0.001, 0.99] (not one-hot) with
-        # OneHotCategorical.log_prob, which torch's argument validation rejects at the first update
-        "validate_distribution_args": False,
-        "notes": ["the original's T-maze logs only the return: a wrapper adds 'Success' (see tmaze_h50)",
-                  "corridor exploration: the original's T-maze example recipe (see tmaze_h50)",
-                  "torch.distributions argument validation is off: the original's MultiTaskAgent passes clipped, "
-                  "renormalized buffer actions (not one-hot) to OneHotCategorical.log_prob, which validation "
-                  "rejects at the first update; without it log_prob is the cross-entropy the code intends"],
-    },
-    "popgym_repeat_previous": {
-        "traj": "transformer_gain3", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {**POPGYM, "env.id": "RepeatPreviousEasy", "trainer.val_interval": 2,
-                     "trainer.greedy_actor_fraction": 0.5},
-        "notes": ["the env is the original's POPGym wrapper (observation + a timer / 1000); amago_app's own "
-                  "wrapper is built the same way",
-                  "the preset has half of its actors act greedily (trainer.greedy_actor_fraction), which the "
-                  "original cannot: this run samples with every actor, as the preset's sample_actions_train "
-                  "says (--override trainer.sample_actions_train=false makes every actor greedy)"],
-    },
-    "popgym_count_recall": {
-        "traj": "transformer", "agent": "agent", "baseline": True, "rollout_len": 51,
-        "settings": {**POPGYM, "env.id": "CountRecallEasy"},
-        "notes": ["the env is the original's POPGym wrapper (see popgym_repeat_previous)"],
-    },
+# --- what the original needs besides the settings ------------------------------------------------------------
+# The rows this script can run. `rollout_len`: steps of one episode (meta-rollout) of the row's env in the
+# original: it validates a number of steps per actor, so it is given (val_episodes / parallel_actors) rollouts'
+# worth. `notes`: where the original cannot express the preset exactly, and what was chosen instead.
+# `validate_distribution_args: False`: the original's MultiTaskAgent on discrete actions scores buffer actions
+# clipped into [0.001, 0.99] (not one-hot) with OneHotCategorical.log_prob, which torch's argument validation
+# rejects at the first update; without it log_prob is the cross-entropy the code intends.
+_TMAZE_NOTES = ["the original's T-maze logs only the return: a wrapper adds 'Success' (the last step's goal "
+                "reward) through the original's AMAGO_LOG_METRIC info keys",
+                "corridor exploration is the original's own T-maze example recipe (TMazeExploration, loaded from "
+                "the checkout's examples/04_tmaze.py) with the preset's noisy windows"]
+_GREEDY_MIX = ("the preset has half of its actors act greedily (trainer.greedy_actor_fraction), which the original "
+               "cannot: this run samples with every actor, as the preset's sample_actions_train says "
+               "(--override trainer.sample_actions_train=false makes every actor greedy)")
+_POPGYM = "the env is the original's POPGym wrapper (observation + a timer / 1000), built as amago_app's own"
+_NO_VALIDATION = "torch.distributions argument validation is off (the original's MultiTaskAgent on discrete actions)"
+ORIGINAL_ROWS = {
+    "tmaze_h50": {"rollout_len": 51, "notes": [*_TMAZE_NOTES, _GREEDY_MIX]},
+    "key_door": {"rollout_len": 100, "notes": [
+        "the original's Dark Key-Door logs only the return (keys + doors): a wrapper adds 'Total Successes' "
+        "(doors reached per meta-rollout, the row's metric) through AMAGO_LOG_METRIC"]},
+    "cartpole": {"rollout_len": 500, "validate_distribution_args": False, "notes": [
+        _NO_VALIDATION,
+        "validation runs 4 x 500 steps per actor: 32 episodes once the pole stays up, more (all that end) while "
+        "episodes are short; amago_app counts exactly 32 episodes, so while episodes are short the original's "
+        "validation costs more CPU (counted in its CPU seconds)"]},
+    "pendulum": {"rollout_len": 200, "notes": []},
+    "multitask_continuous": {"rollout_len": 200, "notes": []},
+    "multitask_discrete": {"rollout_len": 31, "validate_distribution_args": False,
+                           "notes": [*_TMAZE_NOTES, _NO_VALIDATION]},
+    "popgym_repeat_previous": {"rollout_len": 51, "notes": [_POPGYM, _GREEDY_MIX]},
+    "popgym_count_recall": {"rollout_len": 51, "notes": [_POPGYM]},
 }
 
 # Where each setting goes in the original. "Experiment.<kw>": a keyword of its Experiment; "dataset.<kw>": of
@@ -468,7 +160,6 @@ TRANSLATION = {
     **{f"exploration.{k}": f"exploration:{k}"
        for k in ("eps_start", "eps_end", "steps_anneal", "randomize_eps", "decision_steps", "start_steps",
                  "corridor_eps", "rollout_horizon", "eps_start_start", "eps_start_end", "eps_end_start", "eps_end_end")},
-    RELATIVE_ANNEAL: "exploration:steps_anneal",
     "trainer.val_episodes": "val:episodes",
     # the original's actors all sample or all act greedily (sample_actions_train), never a mix
     "trainer.greedy_actor_fraction": "own:0.0",
@@ -502,137 +193,22 @@ CLASSES = {
 
 # Config keys that do not change what is learned (logging, checkpoints, threads, process layout, names) or that
 # the composed presets leave at values these runs never reach; the test checks every other key is in the table.
-NOT_SETTINGS = (
-    "logger.", "hydra.", "run_name", "seed", "resume", "allow_targets", "objective", "env.name", "env.make_val",
-    "env.max_seq_len", "env.val_timesteps", "env.mp_context", "env.step_timeout", "env.nan_to_num",
-    "env.make._partial_", "env.make.corridor_length", "env.make.meta_rollout_horizon", "env.make.id",
-    "env.make.name", "env.kwargs", "tstep_encoder._partial_", "traj_encoder._partial_", "traj_encoder.flex_compile",
-    "agent._partial_", "agent.actor._partial_", "agent.critic._partial_", "agent.fbc_filter_func._partial_",
-    "agent.actor.multibinary_dist_type.", "exploration._partial_", "exploration.horizon",
-    "buffer.root", "buffer.name", "buffer.cache_gb", "buffer.traj_save_len", "buffer.allow_pickle", "buffer.max_file_gb",
-    "buffer.on_env_change",
-    "buffer.fixed_length", "buffer.prefetch", "buffer.loader_workers", "trainer.val_timesteps_per_epoch", "trainer.ckpt_interval",
-    "trainer.always_save_latest", "trainer.always_load_latest", "trainer.mode", "trainer.collectors",
-    "trainer.collector_threads", "trainer.utd_ratio", "trainer.utd_slack", "trainer.policy_from",
-    "trainer.force_reset_train_envs_every", "trainer.val_both_modes", "trainer.max_nonfinite_updates",
-    "trainer.compile", "trainer.compile_mode", "trainer.cpu", "trainer.threads",
-    # one process runs each side here (auto: off below 4 cores); on a larger machine pass
-    # --override trainer.overlap_collection=false to amago-bench for a like-for-like comparison
-    "trainer.overlap_collection",
-)
 
-
-def row_settings(row: str, memory_free: bool = False) -> dict:
-    """The amago_app settings one run of `row` mirrors (unscaled budget)."""
-    spec = ROWS[row]
-    out = {**BASE, **TRAJ_ENCODERS[spec["traj"]], **AGENTS[spec["agent"]], **spec["settings"]}
-    if memory_free:
-        out = {k: v for k, v in out.items() if not k.startswith("traj_encoder.")} | MEMORY_FREE
-    return out
-
-
-def scaled(settings: dict, scale: float) -> dict:
-    """amago-bench's `--budget-scale`: epochs x scale (at least 1) and, when shrunk, four validations."""
-    settings = dict(settings)
-    if scale != 1.0:
-        epochs = max(1, int(math.ceil(settings["trainer.epochs"] * scale)))
-        settings["trainer.epochs"] = epochs
-        settings["trainer.val_interval"] = max(1, epochs // 4)
-    return settings
-
-
-# --- driving the original ------------------------------------------------------------------------------------
-def _import_original(checkout: Path):
-    """Put the checkout first on sys.path and import it; one clear line when it is not an importable original."""
-    sys.path.insert(0, str(checkout))
+def export_settings(amago_bench: str, rows: list[str], scale: float, overrides: list[str]) -> dict:
+    """The rows' composed settings from amago_app (`amago-bench --export-settings`): per row its `bench:` block
+    and the settings of each variant ("memory": the preset, "ff": its memory-free baseline), at the scaled budget
+    and with the overrides, exactly as amago-bench runs them. ValueError with amago-bench's one line."""
+    cmd = [*shlex.split(amago_bench), "--export-settings", "--tasks", ",".join(rows),
+           "--budget-scale", repr(scale), *(a for o in overrides for a in ("--override", o))]
     try:
-        import amago  # noqa: F401  (the checkout's package)
-    except ImportError as e:
-        raise SystemExit(f"compare_original: --amago {checkout}: cannot import the original AMAGO from it ({e}); "
-                         "give a checkout of UT-Austin-RPL/amago and run this script with a Python that has its "
-                         "dependencies")
-    if not Path(amago.__file__).resolve().is_relative_to(checkout.resolve()):
-        raise SystemExit(f"compare_original: --amago {checkout}: `import amago` found {amago.__file__} instead")
-    return amago
-
-
-def _load_class(path: str, checkout: Path):
-    import importlib
-    import importlib.util
-
-    if ":" in path:  # a class defined in one of the checkout's example scripts (not part of its package)
-        file, name = path.split(":")
-        spec = importlib.util.spec_from_file_location("amago_example_" + Path(file).stem.lstrip("0123456789_"),
-                                                      checkout / file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return getattr(module, name)
-    module, name = path.rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)
-
-
-def _gin_name(cls) -> str:
-    return f"{cls.__module__}.{cls.__name__}"
-
-
-def _make_env_factory(settings: dict):
-    """A callable that builds the row's env with the original's own classes; success metrics the original's env
-    does not log are added through its AMAGO_LOG_METRIC info keys."""
-    import gymnasium as gym
-
-    from amago.envs import AMAGOEnv
-
-    prefix = "AMAGO_LOG_METRIC"
-    kind = settings["env.make._target_"]
-    if kind == "amago_app.envs.builtin.tmaze.TMazePassive":
-        from amago.envs.builtin.tmaze import TMazeAltPassive
-
-        horizon = settings["env.horizon"]
-
-        class TMazeSuccess(gym.Wrapper):
-            """The last step's reward is the goal reward (1) exactly when the agent took the goal arm."""
-
-            def step(self, action):
-                obs, reward, terminated, truncated, info = self.env.step(action)
-                if terminated or truncated:
-                    info = {**info, f"{prefix} Success": float(reward > 0)}
-                return obs, reward, terminated, truncated, info
-
-        return lambda: AMAGOEnv(TMazeSuccess(TMazeAltPassive(corridor_length=horizon, penalty=-1.0 / horizon)),
-                                env_name=f"TMazePassive-H{horizon}")
-    if kind == "amago_app.envs.builtin.key_door.RoomKeyDoor":
-        from amago.envs.builtin.toy_gym import RoomKeyDoor
-
-        size = settings["env.make.size"]
-
-        class DoorsReached(gym.Wrapper):
-            """Counts the rewarded steps taken while holding the key (the doors) over the meta-rollout."""
-
-            def reset(self, **kwargs):
-                self.doors = 0
-                return self.env.reset(**kwargs)
-
-            def step(self, action):
-                had_key = bool(self.env.unwrapped.has_key)
-                obs, reward, terminated, truncated, info = self.env.step(action)
-                self.doors += int(had_key and reward > 0)
-                if terminated or truncated:
-                    info = {**info, f"{prefix} Total Successes": float(self.doors)}
-                return obs, reward, terminated, truncated, info
-
-        return lambda: AMAGOEnv(DoorsReached(RoomKeyDoor(
-            dark=settings["env.make.dark"], size=size, max_episode_steps=settings["env.make.max_episode_steps"],
-            meta_rollout_horizon=settings["env.horizon"], randomize_actions=False)),  # both envs' default
-            env_name=f"Dark-Key-To-Door-{size}x{size}")
-    if kind == "amago_app.envs.gym_env.make_gym_env":
-        env_id = settings["env.id"]
-        return lambda: AMAGOEnv(gym.make(env_id), env_name=env_id)
-    if kind == "amago_app.envs.suites.popgym.POPGymEnv":
-        from amago.envs.builtin.popgym_envs import POPGymAMAGO
-
-        name, done = f"popgym-{settings['env.id']}-v0", settings["env.make.truncated_is_done"]
-        return lambda: POPGymAMAGO(name, truncated_is_done=done)
-    raise ValueError(f"env.make._target_={kind!r}: no builder for the original")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise ValueError(f"--amago-bench {amago_bench!r}: cannot run it ({e.strerror}); give amago_app's "
+                         "amago-bench, e.g. /path/to/amago_app-venv/bin/amago-bench") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise ValueError(f"amago-bench --export-settings: {last}")
+    return json.loads(done.stdout)
 
 
 def cpu_precision(cpuinfo: str | None = None) -> str:
@@ -647,11 +223,14 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
     classes = {}
     for key, target in TRANSLATION.items():
         if target.startswith("class:") and key in settings:
-            classes[target[6:]] = _load_class(CLASSES[settings[key]], checkout)
-    exploration = _load_class(CLASSES[settings["exploration._target_"]], checkout)
-    names = {"agent": _gin_name(classes["agent"]), "critic": _gin_name(classes["critic"]),
-             "traj": _gin_name(classes["traj"]), "discrete_or_continuous": "discrete" if discrete else "continuous"}
+            classes[target[6:]] = load_class(CLASSES[settings[key]], checkout)
+    exploration = load_class(CLASSES[settings["exploration._target_"]], checkout)
+    names = {"agent": gin_name(classes["agent"]), "critic": gin_name(classes["critic"]),
+             "traj": gin_name(classes["traj"]), "discrete_or_continuous": "discrete" if discrete else "continuous"}
     gin_bindings, experiment, dataset = {}, {}, {}
+    untranslated = sorted(set(settings) - set(TRANSLATION))
+    if untranslated:
+        raise ValueError(f"settings the original cannot be given (add them to TRANSLATION): {untranslated}")
     for key, value in settings.items():
         target = TRANSLATION[key]
         if target.startswith("gin:"):
@@ -679,12 +258,9 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
     gin_bindings["amago.nets.actor_critic.Actor.discrete_dist_type"] = classes["discrete_dist"]
     gin_bindings[f"{names['agent']}.fbc_filter_func"] = classes["filter"]
 
-    # exploration: the same schedule, in the original's per-actor steps
+    # exploration: the same schedule, in the original's per-actor steps (the preset's, resolved at the budget)
     steps_anneal = settings.get("exploration.steps_anneal")
-    if RELATIVE_ANNEAL in settings:
-        steps_anneal = max(1, int(settings["trainer.epochs"] * settings["trainer.train_timesteps_per_epoch"]
-                                  * settings[RELATIVE_ANNEAL]))
-    expl = _gin_name(exploration)
+    expl = gin_name(exploration)
     kind = settings["exploration._target_"].rsplit(".", 1)[1]
     if kind == "EpsilonGreedy":
         params = {"eps_start": settings["exploration.eps_start"], "eps_end": settings["exploration.eps_end"],
@@ -708,127 +284,9 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
             "classes": classes}
 
 
-def _die_with_parent() -> None:
-    """A run never outlives the script that started it: when that is killed (a `kill`, a scheduler's time
-    limit), the kernel kills the run too (Linux: PR_SET_PDEATHSIG), instead of leaving it writing into a run
-    directory that the next invocation replaces. Elsewhere the run goes on and is started again next time."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent was gone before the line above took effect
-        os._exit(1)
-
-
-def run_one(job: dict) -> None:
-    """One seed of one row, in this process (the parent measures its CPU time)."""
-    import random
-
-    _die_with_parent()
-
-    import numpy as np
-
-    checkout, run_dir = Path(job["amago"]), Path(job["run_dir"])
-    amago = _import_original(checkout)
-    import gin
-    import gymnasium as gym
-    import torch
-
-    torch.set_num_threads(1)
-    if not ROWS[job["row"]].get("validate_distribution_args", True):
-        torch.distributions.Distribution.set_default_validate_args(False)
-    random.seed(job["seed"])
-    np.random.seed(job["seed"])
-    torch.manual_seed(job["seed"])
-    settings = job["settings"]
-    make_env = _make_env_factory(settings)
-    probe = make_env()
-    discrete = isinstance(probe.action_space, gym.spaces.Discrete)
-    probe.close()
-    cfg = translate(settings, checkout, discrete, job["rollout_len"])
-    for name, value in cfg["gin"].items():
-        gin.bind_parameter(name, value)
-    # what the original was given, next to the settings it came from (classes by name)
-    shown = lambda v: f"{v.__module__}.{v.__qualname__}" if isinstance(v, type) or callable(v) else v
-    record = json.loads((run_dir / "original.json").read_text()) | {"given_to_the_original": {
-        "gin": {k: shown(v) for k, v in cfg["gin"].items()}, "Experiment": cfg["experiment"],
-        "DiskTrajDataset": cfg["dataset"], "exploration": shown(cfg["exploration"])}}
-    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1))
-    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
-
-    metrics = run_dir / "metrics"
-    metrics.mkdir(parents=True, exist_ok=True)
-    val_mode = "sampled" if settings["trainer.sample_actions_val"] else "greedy"
-    other_section = "val-greedy" if val_mode == "sampled" else "val-sampled"
-
-    class RecordingExperiment(amago.Experiment):
-        """The original's Experiment, recording what amago-bench reads: each validation in both action modes
-        (the configured one as `val`), the update metrics, and a last validation after the last epoch."""
-
-        def _record(self, section: str, values: dict) -> None:
-            record = {"total_frames": int(self.x_axis_metrics().get("total_frames", 0)), "epoch": self._epoch,
-                      "gradient_steps": int(self.grad_update_counter),
-                      "wall_time": round(time.time() - self._started, 3)}
-            for k, v in values.items():
-                v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
-                if isinstance(v, (int, float)):
-                    record[f"{section}/{k}"] = float(v)
-            with open(metrics / f"{section}.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
-
-        def log(self, metrics_dict, key):
-            super().log(metrics_dict, key)
-            if key == "val":
-                self._record(self._section, metrics_dict)
-            elif key == "train-update":
-                self._record("train", metrics_dict)
-
-        def evaluate_val(self):
-            configured = self.sample_actions_val
-            self._epoch = self.epochs if self._final else self._validations * self.val_interval
-            self._section = "val"
-            super().evaluate_val()
-            self.sample_actions_val, self._section = not configured, other_section
-            try:
-                super().evaluate_val()
-            finally:
-                self.sample_actions_val = configured
-            self._validations += 1
-
-    from amago.loading import DiskTrajDataset
-
-    dataset = DiskTrajDataset(dset_root=str(run_dir / "original_run"), dset_name="buffer", **cfg["dataset"])
-    experiment = RecordingExperiment(
-        run_name="run", ckpt_base_dir=str(run_dir / "original_run"), dataset=dataset,
-        tstep_encoder_type=cfg["classes"]["tstep"], traj_encoder_type=cfg["classes"]["traj"],
-        agent_type=cfg["classes"]["agent"], make_train_env=make_env, make_val_env=make_env,
-        exploration_wrapper_type=cfg["exploration"], ckpt_interval=None, log_to_wandb=False, verbose=False,
-        dloader_workers=0, **cfg["experiment"])
-    experiment._validations, experiment._final, experiment._epoch = 0, False, 0
-    experiment.start()
-    # the size of what learns (tstep and traj encoders, critics, actor), to set against amago_app's own count
-    record = json.loads((run_dir / "original.json").read_text())
-    record["trainable_parameters"] = sum(p.numel() for p in experiment.policy.trainable_params)
-    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1))
-    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
-    experiment._started = time.time()
-    experiment.learn()
-    experiment._final = True
-    experiment.evaluate_val()  # amago_app validates once more after the last epoch: the "final" value
-    experiment.delete_buffer_from_disk()
-    shutil.rmtree(run_dir / "original_run" / "buffer", ignore_errors=True)  # what is left of the replay buffer
-    print(f"finished {job['row']} {job['variant']} seed {job['seed']}: {experiment.grad_update_counter} updates",
-          flush=True)
-
-
 def describe(row: str, memory_free: bool, settings: dict, torch_compile: bool) -> dict:
     """original.json: what was run and where it differs from amago_app's preset."""
-    notes = list(ROWS[row]["notes"]) + [
+    notes = list(ORIGINAL_ROWS[row]["notes"]) + [
         "validation: the original runs val_timesteps_per_epoch steps per actor on fresh random tasks for each "
         "action mode; amago_app runs trainer.val_episodes episodes and the other mode on the same tasks",
         f"val is the preset's action mode ({'sampled' if settings['trainer.sample_actions_val'] else 'greedy'}); "
@@ -861,7 +319,7 @@ def describe(row: str, memory_free: bool, settings: dict, torch_compile: bool) -
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="compare_original.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="rows: " + ", ".join(ROWS))
+                                epilog="rows: " + ", ".join(ORIGINAL_ROWS))
     p.add_argument("--amago", required=True, help="path to a checkout of the original AMAGO (UT-Austin-RPL/amago)")
     p.add_argument("--rows", "--row", default="tmaze_h50", help="comma-separated amago-bench rows, or all")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: 0,1,2)")
@@ -872,8 +330,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every row's epochs, as amago-bench's")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel, one torch thread each (default: 1)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="change one of the row's settings (amago_app's key, repeatable), e.g. "
-                        "trainer.train_batches_per_epoch=10, as amago-bench's --override")
+                   help="an amago-train override of the row's settings (repeatable), e.g. "
+                        "trainer.train_batches_per_epoch=10, composed by amago-bench as its own --override")
+    p.add_argument("--amago-bench", default="amago-bench", metavar="COMMAND",
+                   help="amago_app's amago-bench, which composes the rows' settings (default: amago-bench on PATH)")
     p.add_argument("--torch-compile", action="store_true",
                    help="keep the original's torch.compile decorators on (default: off; with torch 2.13 on CPU its "
                         "compiled transformer update fails, and compiling costs minutes of CPU per run)")
@@ -908,7 +368,8 @@ def _run_child(job: dict) -> dict:
         _, status, usage = os.wait4(proc.pid, 0)
     rc = os.waitstatus_to_exitcode(status)
     outcome = {"returncode": rc, "process_seconds": round(time.perf_counter() - start, 1),
-               "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1), "command": job["command"]}
+               "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1), "command": job["command"],
+               "cpu_model": cpu_name()}
     if rc == 0:
         done.write_text(json.dumps(outcome, indent=1))
     print(f"finish {job['row']} {job['variant']} seed {job['seed']}: exit {rc} after "
@@ -916,31 +377,17 @@ def _run_child(job: dict) -> dict:
     return outcome
 
 
-def override_value(text: str):
-    """The value of `--override KEY=TEXT` as amago_app's Hydra overrides read it: true / false / null (any case)
-    are the bool and None (Python's literal_eval alone would keep "false" a non-empty, truthy string), then
-    numbers, lists and quoted strings; any other bare word is a string setting."""
-    text = text.strip()
-    words = {"true": True, "false": False, "null": None, "none": None, "~": None}
-    if text.lower() in words:
-        return words[text.lower()]
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     checkout = Path(args.amago).expanduser()
     if args.one:
-        run_one(json.loads(args.one))
+        run_one(json.loads(args.one), translate)
         return 0
-    rows = list(ROWS) if args.rows == "all" else [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = [r for r in rows if r not in ROWS]
+    rows = list(ORIGINAL_ROWS) if args.rows == "all" else [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ORIGINAL_ROWS]
     if unknown or not rows:
         return _fail(f"--rows {args.rows!r}: unknown row {', '.join(unknown) or '(none)'}; choose from "
-                     f"{', '.join(ROWS)}")
+                     f"{', '.join(ORIGINAL_ROWS)}")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
@@ -952,12 +399,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"--variants {args.variants!r}: choose original and/or original-memoryfree")
     if args.jobs < 1 or not args.budget_scale > 0:
         return _fail(f"--jobs ({args.jobs}) must be >= 1 and --budget-scale ({args.budget_scale}) > 0")
-    overrides = {}
-    for item in args.override:
-        key, sep, text = item.partition("=")
-        if not sep:
-            return _fail(f"--override {item!r}: give KEY=VALUE, e.g. trainer.train_batches_per_epoch=10")
-        overrides[key.strip()] = override_value(text)
     if not (checkout / "amago" / "__init__.py").is_file():
         return _fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
     probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(checkout)!r}); import amago"],
@@ -965,30 +406,31 @@ def main(argv: list[str] | None = None) -> int:
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
         return _fail(f"--amago {args.amago!r}: this Python ({sys.executable}) cannot import it: {last}")
+    try:
+        exported = export_settings(args.amago_bench, rows, args.budget_scale, args.override)
+    except ValueError as e:
+        return _fail(f"--rows {','.join(rows)}: {e}")
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
     jobs = []
     for row in rows:
         for variant in variants:
             memory_free = variant == "original-memoryfree"
-            if memory_free and not ROWS[row]["baseline"]:
+            settings = exported[row]["variants"].get("ff" if memory_free else "memory")
+            if settings is None:  # no memory-free baseline in this row
                 continue
-            settings = scaled(row_settings(row, memory_free), args.budget_scale)
-            unknown = sorted(set(overrides) - set(settings))
-            if unknown:
-                return _fail(f"--override {unknown[0]}: not a setting of row {row} (its keys are amago_app's, "
-                             f"e.g. {', '.join(list(settings)[-3:])})")
-            settings |= overrides
             for seed in seeds:
                 run_dir = Path(args.out) / "runs" / row / variant / f"seed{seed}"
                 info = describe(row, memory_free, settings, args.torch_compile) | {
-                    "overrides": overrides, "seed": seed, "budget_scale": args.budget_scale, "checkout": str(checkout.resolve()),
-                    "commit": commit.stdout.strip() or None}
-                command = (f"compare_original.py --amago {checkout} --rows {row} --variants {variant} "
-                           f"--seeds {seed} --budget-scale {args.budget_scale}")
+                    "overrides": args.override, "seed": seed, "budget_scale": args.budget_scale,
+                    "checkout": str(checkout.resolve()), "commit": commit.stdout.strip() or None}
+                command = " ".join([f"compare_original.py --amago {checkout} --rows {row} --variants {variant} "
+                                    f"--seeds {seed} --budget-scale {args.budget_scale}",
+                                    *(f"--override {o}" for o in args.override)])
                 jobs.append({"amago": str(checkout.resolve()), "row": row, "variant": variant, "seed": seed,
                              "run_dir": str(run_dir.resolve()), "settings": settings, "describe": info,
-                             "rollout_len": ROWS[row]["rollout_len"], "command": command,
-                             "torch_compile": args.torch_compile})
+                             "rollout_len": ORIGINAL_ROWS[row]["rollout_len"], "command": command,
+                             "torch_compile": args.torch_compile,
+                             "validate_distribution_args": ORIGINAL_ROWS[row].get("validate_distribution_args", True)})
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         outcomes = list(pool.map(_run_child, jobs))
     failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]

@@ -1,25 +1,26 @@
-"""scripts/compare_original.py (runs amago-bench rows through a checkout of the original AMAGO): its table of
-settings must be what the bench presets compose to, so a preset that drifts from it fails here. The script
-is loaded without the original (its top level imports only the standard library); the one test that runs
-the original needs a checkout and a Python with its dependencies, and is skipped without them."""
+"""scripts/compare_original.py (runs amago-bench rows through a checkout of the original AMAGO): it holds no
+settings of its own, only their translation. The settings come from `amago-bench --export-settings` (the
+composed presets); every one of them must have a place in the original. The script is loaded without the
+original (its top level imports only the standard library); the one test that runs the original needs a
+checkout and a Python with its dependencies, and is skipped without them."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from amago_app.cli.bench import TASKS
-from amago_app.trainer.run import flat_config
-from conftest import compose_config
+from amago_app.cli import bench_rows
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_original.py"
-sys.path.insert(0, str(SCRIPT.parent))  # its stdlib-only helper module, scripts/speed_common.py
+sys.path.insert(0, str(SCRIPT.parent))  # its stdlib-only helper modules, scripts/speed_common.py and original_run.py
+AMAGO_BENCH = f"{sys.executable} -m amago_app.cli.bench"
 
 
 @pytest.fixture(scope="module")
@@ -32,59 +33,42 @@ def script():
     return module
 
 
-def _variants(script):
-    for row, spec in script.ROWS.items():
-        yield row, False
-        if spec["baseline"]:
-            yield row, True
+@pytest.fixture(scope="module")
+def exported(script):
+    return script.export_settings(AMAGO_BENCH, list(script.ORIGINAL_ROWS), 1.0, [])
 
 
-def _rows():
-    spec = importlib.util.spec_from_file_location("compare_original_rows", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [pytest.param(r, m, id=f"{r}{'-memoryfree' if m else ''}") for r, m in _variants(module)]
+def test_every_setting_has_a_place_in_the_original(script, exported):
+    for row, spec in exported.items():
+        for variant, settings in spec["variants"].items():
+            for key, value in settings.items():
+                target = script.TRANSLATION.get(key)
+                assert target, f"{row} ({variant}): {key} has no translation"
+                if target.startswith("class:") or key == "exploration._target_":
+                    assert value in script.CLASSES, f"{row}: {key}={value} has no class in the original"
 
 
-@pytest.mark.parametrize("row,memory_free", _rows())
-def test_the_table_is_what_the_preset_composes_to(script, row, memory_free):
-    overrides = [f"+experiment=bench/{row}"] + (["traj_encoder=ff"] if memory_free else [])
-    config = flat_config(compose_config(overrides, tiny=False))
-    settings = script.row_settings(row, memory_free)
-    for key, value in settings.items():
-        if key == script.RELATIVE_ANNEAL:  # a fraction of the run: compare the steps it resolves to
-            expected = max(1, int(settings["trainer.epochs"] * settings["trainer.train_timesteps_per_epoch"] * value))
-            assert config["exploration.steps_anneal"] == expected, (row, key)
-            continue
-        assert key in config, f"{row}: the table has {key}, the preset does not"
-        assert config[key] == value, f"{row}: {key} is {config[key]!r} in the preset, {value!r} in the script"
-    # every key of the composed preset is mirrored, or named as one that does not change what is learned
-    covered = set(settings) | ({"exploration.steps_anneal"} if script.RELATIVE_ANNEAL in settings else set())
-    missing = [k for k in config if k not in covered and not k.startswith(script.NOT_SETTINGS)]
-    assert not missing, f"{row}: preset keys the script neither mirrors nor lists in NOT_SETTINGS: {missing}"
+def test_no_row_setting_is_written_in_the_scripts(script):
+    """The values come from the composed presets only: neither script file assigns a value to a config key."""
+    key = r"(?:env|agent|trainer|buffer|exploration|tstep_encoder|traj_encoder)\.[\w.]+|max_seq_len"
+    for path in (SCRIPT, SCRIPT.parent / "original_run.py"):
+        found = re.findall(rf'"(?:{key})":\s*(?:-?[\d.]|True|False|None|\[|\{{)', path.read_text())
+        assert not found, f"{path.name} writes settings of its own: {found[:5]}"
+    assert set(script.ORIGINAL_ROWS) <= set(bench_rows.row_names())
 
 
-def test_every_setting_has_a_place_in_the_original(script):
-    for row, memory_free in _variants(script):
-        for key, value in script.row_settings(row, memory_free).items():
-            target = script.TRANSLATION.get(key)
-            assert target, f"{row}: {key} has no translation"
-            if target.startswith("class:") or key == "exploration._target_":
-                assert value in script.CLASSES, f"{row}: {key}={value} has no class in the original"
+def test_a_scaled_budget_reaches_the_original_as_amago_bench_runs_it(script):
+    s = script.export_settings(AMAGO_BENCH, ["cartpole"], 0.1, ["trainer.batch_size=8"])["cartpole"]["variants"]
+    memory = s["memory"]
+    assert memory["trainer.epochs"] == 4 and memory["trainer.val_interval"] == 1 and memory["trainer.batch_size"] == 8
+    assert memory["exploration.steps_anneal"] == 4 * 100 // 2  # the preset's anneal over half the (scaled) run
 
 
-def test_rows_are_bench_rows_with_the_same_baselines(script):
-    for row, spec in script.ROWS.items():
-        assert row in TASKS and spec["baseline"] == TASKS[row].baseline, row
-    # the settings a run uses under --budget-scale follow amago-bench's scaling
-    s = script.scaled(script.row_settings("cartpole"), 0.1)
-    assert s["trainer.epochs"] == 4 and s["trainer.val_interval"] == 1
-
-
-def test_the_validation_mode_is_the_presets(script):
+def test_the_validation_mode_is_the_presets(exported):
     # `val` of the original's runs is written in the preset's mode, so both frameworks are judged alike
-    for row, memory_free in _variants(script):
-        assert script.row_settings(row, memory_free)["trainer.sample_actions_val"] is False
+    for row, spec in exported.items():
+        for settings in spec["variants"].values():
+            assert settings["trainer.sample_actions_val"] is False, row
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
@@ -106,7 +90,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     rc, err = run("--amago", str(tmp_path), "--rows", "cartpole")
     assert rc == 2 and len(err) == 1 and "cannot import it" in err[0] and "no gin here" in err[0]
     (tmp_path / "amago" / "__init__.py").write_text("")
-    rc, err = run("--amago", str(tmp_path), "--rows", "cartpole", "--override", "agent.nope=1")
+    rc, err = run("--amago", str(tmp_path), "--rows", "cartpole", "--override", "agent.nope=1",
+                  "--amago-bench", AMAGO_BENCH)
     assert rc == 2 and len(err) == 1 and "agent.nope" in err[0] and "cartpole" in err[0]
     assert not list(tmp_path.glob("bench*"))  # nothing written on bad input
 
@@ -122,7 +107,7 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     from amago_app.cli.bench import main
 
     out = tmp_path / "bench"
-    cmd = [PYTHON, str(SCRIPT), "--amago", CHECKOUT, "--rows", "cartpole", "--seeds", "0", "--budget-scale", "0.05",
+    cmd = [PYTHON, str(SCRIPT), "--amago", CHECKOUT, "--amago-bench", AMAGO_BENCH, "--rows", "cartpole", "--seeds", "0", "--budget-scale", "0.05",
            "--out", str(out), "--override", "trainer.train_batches_per_epoch=3",
            "--override", "trainer.train_timesteps_per_epoch=60", "--override", "env.parallel_actors=2",
            "--override", "trainer.val_episodes=2"]
@@ -140,7 +125,8 @@ def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
     mine = sum(p.numel() for p in build_agent(cfg, envs).trainable_parameters())
     envs.close()
     assert json.loads((run / "original.json").read_text())["trainable_parameters"] == mine
-    assert main(["--tasks", "cartpole", "--seeds", "0", "--report-only", "--out", str(out)]) == 0
+    assert main(["--tasks", "cartpole", "--seeds", "0", "--report-only", "--out", str(out),
+                 "--results-page", str(tmp_path / "page.md")]) == 0
     result = json.loads((out / "cartpole.json").read_text())
     seed = result["variants"]["original"]["seeds"]["0"]
     # 2 epochs: validations at epoch 0 and 1 and after the last, in both modes
@@ -157,14 +143,3 @@ def test_auto_precision_is_decided_as_amago_app_decides_it(script, flags, native
     cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n" if "asimd" not in flags else f"Features\t: {flags}\n"
     ours = choose_precision("auto", "cpu", cpu_flags(cpuinfo), cuda_bf16=False).value
     assert script.cpu_precision(cpuinfo) == ours == ("bf16" if native else "no")
-
-
-@pytest.mark.parametrize("text, value", [
-    ("false", False), ("False", False), ("true", True), ("TRUE", True), ("null", None), ("none", None),
-    ("3", 3), ("1e-4", 1e-4), ("[0.1, 0.9]", [0.1, 0.9]), ("'fixed'", "fixed"), ("fixed", "fixed"),
-])
-def test_override_values_read_as_hydra_reads_them(script, text, value):
-    """`--override trainer.sample_actions_train=false` must reach the original as False: read by literal_eval
-    alone it stayed the string "false", which is truthy, and the original sampled."""
-    parsed = script.override_value(text)
-    assert parsed == value and type(parsed) is type(value)

@@ -1,0 +1,225 @@
+"""scripts/compare_original.py's runner of the original AMAGO: imports a checkout of it, builds the row's env with
+the original's own classes and runs one seed through its Experiment, recording what amago-bench reads. Runs in
+the original's Python, in a child process of compare_original.py (which measures its CPU time). Only the
+standard library is imported at the top."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+
+def _import_original(checkout: Path):
+    """Put the checkout first on sys.path and import it; one clear line when it is not an importable original."""
+    sys.path.insert(0, str(checkout))
+    try:
+        import amago  # noqa: F401  (the checkout's package)
+    except ImportError as e:
+        raise SystemExit(f"compare_original: --amago {checkout}: cannot import the original AMAGO from it ({e}); "
+                         "give a checkout of UT-Austin-RPL/amago and run this script with a Python that has its "
+                         "dependencies")
+    if not Path(amago.__file__).resolve().is_relative_to(checkout.resolve()):
+        raise SystemExit(f"compare_original: --amago {checkout}: `import amago` found {amago.__file__} instead")
+    return amago
+
+
+def load_class(path: str, checkout: Path):
+    import importlib
+    import importlib.util
+
+    if ":" in path:  # a class defined in one of the checkout's example scripts (not part of its package)
+        file, name = path.split(":")
+        spec = importlib.util.spec_from_file_location("amago_example_" + Path(file).stem.lstrip("0123456789_"),
+                                                      checkout / file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return getattr(module, name)
+    module, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+def gin_name(cls) -> str:
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def _make_env_factory(settings: dict):
+    """A callable that builds the row's env with the original's own classes; success metrics the original's env
+    does not log are added through its AMAGO_LOG_METRIC info keys."""
+    import gymnasium as gym
+
+    from amago.envs import AMAGOEnv
+
+    prefix = "AMAGO_LOG_METRIC"
+    kind = settings["env.make._target_"]
+    if kind == "amago_app.envs.builtin.tmaze.TMazePassive":
+        from amago.envs.builtin.tmaze import TMazeAltPassive
+
+        horizon = settings["env.horizon"]
+
+        class TMazeSuccess(gym.Wrapper):
+            """The last step's reward is the goal reward (1) exactly when the agent took the goal arm."""
+
+            def step(self, action):
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                if terminated or truncated:
+                    info = {**info, f"{prefix} Success": float(reward > 0)}
+                return obs, reward, terminated, truncated, info
+
+        return lambda: AMAGOEnv(TMazeSuccess(TMazeAltPassive(corridor_length=horizon, penalty=-1.0 / horizon)),
+                                env_name=f"TMazePassive-H{horizon}")
+    if kind == "amago_app.envs.builtin.key_door.RoomKeyDoor":
+        from amago.envs.builtin.toy_gym import RoomKeyDoor
+
+        size = settings["env.make.size"]
+
+        class DoorsReached(gym.Wrapper):
+            """Counts the rewarded steps taken while holding the key (the doors) over the meta-rollout."""
+
+            def reset(self, **kwargs):
+                self.doors = 0
+                return self.env.reset(**kwargs)
+
+            def step(self, action):
+                had_key = bool(self.env.unwrapped.has_key)
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                self.doors += int(had_key and reward > 0)
+                if terminated or truncated:
+                    info = {**info, f"{prefix} Total Successes": float(self.doors)}
+                return obs, reward, terminated, truncated, info
+
+        return lambda: AMAGOEnv(DoorsReached(RoomKeyDoor(
+            dark=settings["env.make.dark"], size=size, max_episode_steps=settings["env.make.max_episode_steps"],
+            meta_rollout_horizon=settings["env.horizon"], randomize_actions=False)),  # both envs' default
+            env_name=f"Dark-Key-To-Door-{size}x{size}")
+    if kind == "amago_app.envs.gym_env.make_gym_env":
+        env_id = settings["env.id"]
+        return lambda: AMAGOEnv(gym.make(env_id), env_name=env_id)
+    if kind == "amago_app.envs.suites.popgym.POPGymEnv":
+        from amago.envs.builtin.popgym_envs import POPGymAMAGO
+
+        name, done = f"popgym-{settings['env.id']}-v0", settings["env.make.truncated_is_done"]
+        return lambda: POPGymAMAGO(name, truncated_is_done=done)
+    raise ValueError(f"env.make._target_={kind!r}: no builder for the original")
+
+
+def _die_with_parent() -> None:
+    """A run never outlives the script that started it: when that is killed (a `kill`, a scheduler's time
+    limit), the kernel kills the run too (Linux: PR_SET_PDEATHSIG), instead of leaving it writing into a run
+    directory that the next invocation replaces. Elsewhere the run goes on and is started again next time."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent was gone before the line above took effect
+        os._exit(1)
+
+
+def run_one(job: dict, translate) -> None:
+    """One seed of one row, in this process (the parent measures its CPU time); `translate`: compare_original's,
+    settings -> the original's gin bindings, Experiment keywords and classes."""
+    import random
+
+    _die_with_parent()
+
+    import numpy as np
+
+    checkout, run_dir = Path(job["amago"]), Path(job["run_dir"])
+    amago = _import_original(checkout)
+    import gin
+    import gymnasium as gym
+    import torch
+
+    torch.set_num_threads(1)
+    if not job["validate_distribution_args"]:
+        torch.distributions.Distribution.set_default_validate_args(False)
+    random.seed(job["seed"])
+    np.random.seed(job["seed"])
+    torch.manual_seed(job["seed"])
+    settings = job["settings"]
+    make_env = _make_env_factory(settings)
+    probe = make_env()
+    discrete = isinstance(probe.action_space, gym.spaces.Discrete)
+    probe.close()
+    cfg = translate(settings, checkout, discrete, job["rollout_len"])
+    for name, value in cfg["gin"].items():
+        gin.bind_parameter(name, value)
+    # what the original was given, next to the settings it came from (classes by name)
+    shown = lambda v: f"{v.__module__}.{v.__qualname__}" if isinstance(v, type) or callable(v) else v
+    record = json.loads((run_dir / "original.json").read_text()) | {"given_to_the_original": {
+        "gin": {k: shown(v) for k, v in cfg["gin"].items()}, "Experiment": cfg["experiment"],
+        "DiskTrajDataset": cfg["dataset"], "exploration": shown(cfg["exploration"])}}
+    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1))
+    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
+
+    metrics = run_dir / "metrics"
+    metrics.mkdir(parents=True, exist_ok=True)
+    val_mode = "sampled" if settings["trainer.sample_actions_val"] else "greedy"
+    other_section = "val-greedy" if val_mode == "sampled" else "val-sampled"
+
+    class RecordingExperiment(amago.Experiment):
+        """The original's Experiment, recording what amago-bench reads: each validation in both action modes
+        (the configured one as `val`), the update metrics, and a last validation after the last epoch."""
+
+        def _record(self, section: str, values: dict) -> None:
+            record = {"total_frames": int(self.x_axis_metrics().get("total_frames", 0)), "epoch": self._epoch,
+                      "gradient_steps": int(self.grad_update_counter),
+                      "wall_time": round(time.time() - self._started, 3)}
+            for k, v in values.items():
+                v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+                if isinstance(v, (int, float)):
+                    record[f"{section}/{k}"] = float(v)
+            with open(metrics / f"{section}.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+        def log(self, metrics_dict, key):
+            super().log(metrics_dict, key)
+            if key == "val":
+                self._record(self._section, metrics_dict)
+            elif key == "train-update":
+                self._record("train", metrics_dict)
+
+        def evaluate_val(self):
+            configured = self.sample_actions_val
+            self._epoch = self.epochs if self._final else self._validations * self.val_interval
+            self._section = "val"
+            super().evaluate_val()
+            self.sample_actions_val, self._section = not configured, other_section
+            try:
+                super().evaluate_val()
+            finally:
+                self.sample_actions_val = configured
+            self._validations += 1
+
+    from amago.loading import DiskTrajDataset
+
+    dataset = DiskTrajDataset(dset_root=str(run_dir / "original_run"), dset_name="buffer", **cfg["dataset"])
+    experiment = RecordingExperiment(
+        run_name="run", ckpt_base_dir=str(run_dir / "original_run"), dataset=dataset,
+        tstep_encoder_type=cfg["classes"]["tstep"], traj_encoder_type=cfg["classes"]["traj"],
+        agent_type=cfg["classes"]["agent"], make_train_env=make_env, make_val_env=make_env,
+        exploration_wrapper_type=cfg["exploration"], ckpt_interval=None, log_to_wandb=False, verbose=False,
+        dloader_workers=0, **cfg["experiment"])
+    experiment._validations, experiment._final, experiment._epoch = 0, False, 0
+    experiment.start()
+    # the size of what learns (tstep and traj encoders, critics, actor), to set against amago_app's own count
+    record = json.loads((run_dir / "original.json").read_text())
+    record["trainable_parameters"] = sum(p.numel() for p in experiment.policy.trainable_params)
+    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1))
+    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
+    experiment._started = time.time()
+    experiment.learn()
+    experiment._final = True
+    experiment.evaluate_val()  # amago_app validates once more after the last epoch: the "final" value
+    experiment.delete_buffer_from_disk()
+    shutil.rmtree(run_dir / "original_run" / "buffer", ignore_errors=True)  # what is left of the replay buffer
+    print(f"finished {job['row']} {job['variant']} seed {job['seed']}: {experiment.grad_update_counter} updates",
+          flush=True)
