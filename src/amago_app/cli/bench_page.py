@@ -116,14 +116,12 @@ def row_lines(name: str, out: Path, page: Path, scale: float, extra: list[str]) 
     t = bench_rows.task(name)
     metric = t.metric + (f" - {t.first_attempt_metric}" if t.first_attempt_metric else "")
     head = f"| [{name}](#{name}) | `{metric}` >= {_fmt(t.threshold)} |"
-    png = page.parent / "bench" / f"{name}.png"
-    if not any((out / "runs" / name / "memory").glob("seed*")):
-        png.unlink(missing_ok=True)
+    png = page.parent / "bench" / f"{name}.png"  # drawn anew where the row has runs at its settings
+    if not any((out / "runs" / name / "memory").glob("seed*")):  # (a curve already beside the page is kept)
         return f"{head} not run | | | | | | | |", []
     result = task_result(name, out, None, keep=current_settings_filter(name, scale, extra))
     mine = _figures(result["variants"]["memory"])
     if mine is None:
-        png.unlink(missing_ok=True)  # a curve of runs no longer at the row's settings
         left = result["variants"]["memory"]["left_out"]
         note = f"not run (at these settings; {left} run(s) at other settings left out)" if left else "not run"
         return f"{head} {note} | | | | | | | |", []
