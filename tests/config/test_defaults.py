@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import MISSING
 
 from amago_app.config.saved import SECTIONS, add_missing_keys
-from amago_app.config.schema import SCHEMAS, MixtureBufferConfig, TrainerConfig
+from amago_app.config.schema import SCHEMAS, EnvConfig, MixtureBufferConfig, TrainerConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 SRC = Path(__file__).resolve().parents[2] / "src" / "amago_app"
@@ -78,6 +78,12 @@ def test_schema_defaults_are_the_constructor_defaults(group, name, schema):
             problems.append(f"{key}: in the schema but not a parameter of {schema._target_}")
         elif is_component(value) or key in ("actor", "fbc_filter_func"):
             continue  # a component of its own (see the tests below)
+        elif isinstance(value, str) and value.startswith("${env.") and value.endswith("}"):
+            # follows the env's suggestion: the schema's default env suggests the class default
+            env_key = value[len("${env."):-1]
+            suggested = schema_defaults(EnvConfig).get(env_key)
+            if normalize(suggested) != normalize(sig[key]):
+                problems.append(f"{key}: follows env.{env_key} (default {suggested!r}) != class {sig[key]!r}")
         elif value == MISSING:
             if sig[key] is not REQUIRED:
                 problems.append(f"{key}: required (???) in the schema, default {sig[key]!r} in the class")

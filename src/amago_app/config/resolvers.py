@@ -37,8 +37,25 @@ def resume_subdir(resume, stamp):
     return ".hydra" if resume in (None, "", "null") else f".hydra/resume_{stamp}"
 
 
+def popgym_episode_steps(task: str) -> int:
+    """The most steps an episode of POPGym task `task` (class name or id) can take: its `max_episode_length`.
+    env=popgym sizes the window from it, so that one window holds a whole episode and nothing more."""
+    try:
+        import popgym.envs
+    except ImportError as e:
+        raise ValueError("env=popgym needs the popgym package: pip install 'amago_app[popgym]'") from e
+    wanted = str(task).lower()
+    names = []
+    for cls, entry in popgym.envs.ALL.items():
+        names.append(cls.__name__)
+        if wanted in (cls.__name__.lower(), entry["id"].lower(), entry["id"].split("-")[1].lower()):
+            return int(cls().max_episode_length)
+    raise ValueError(f"unknown POPGym task {task!r}; choose one of {sorted(names)}")
+
+
 def register_resolvers() -> None:
-    for name, fn in {"resume_dir": resume_dir, "resume_subdir": resume_subdir, "add": _add, "mul": _mul, "max": lambda *xs: max(xs), "min": lambda *xs: min(xs),
-                     "int": lambda x: int(x), "anneal_steps": anneal_steps}.items():
+    for name, fn in {"resume_dir": resume_dir, "resume_subdir": resume_subdir, "add": _add, "mul": _mul,
+                     "max": lambda *xs: max(xs), "min": lambda *xs: min(xs), "int": lambda x: int(x),
+                     "anneal_steps": anneal_steps, "popgym_episode_steps": popgym_episode_steps}.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

@@ -40,6 +40,11 @@ class EnvConfig:
     """Suggested file length in timesteps; null = whole episodes."""
     val_timesteps: int = 1000
     """Suggested steps per actor per evaluation (at least one full rollout)."""
+    reward_multiplier: float = 10.0
+    """Suggested `agent.reward_multiplier` for this env's reward scale (the agent's default follows it); env=popgym
+    suggests 100, since POPGym spreads one episode's return of at most 1 over its steps."""
+    suggestion_note: Optional[str] = None
+    """Why the env option suggests its window and reward multiplier (printed in the start-up lines)."""
     parallel_actors: int = 8
     """Number of envs stepped together by each process."""
     mode: str = "sync"
@@ -340,7 +345,9 @@ class AgentConfig:
     multigammas: Optional[list[float]] = field(default_factory=lambda: [0.1, 0.9, 0.95, 0.97, 0.99, 0.995])
     use_multigamma: bool = True
     """Train heads for every gamma in `multigammas` too."""
-    reward_multiplier: float = 10.0
+    reward_multiplier: float = "${env.reward_multiplier}"  # type: ignore[assignment]
+    """Rewards are multiplied by this before they enter the targets; default: the env's suggestion
+    (env.reward_multiplier, 10 unless the env option says otherwise)."""
     tau: float = 0.003
     """Polyak rate of the target networks."""
     fake_filter: bool = False

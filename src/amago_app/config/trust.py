@@ -87,9 +87,11 @@ SAVED_RUN_COMPONENTS = frozenset({
     f"{_P}.data.relabel.HindsightInstructionRelabeler",
 })
 
-#: resolvers a saved config may use: arithmetic on numbers, lookups of other keys and environment variables, and
-#: amago_app's run-directory helpers; none turns text into config
+#: resolvers a saved config may use: arithmetic on numbers, lookups of other keys and environment variables,
+#: amago_app's run-directory helpers and a POPGym task's episode length (a task of popgym's own list, by name); none
+#: turns text into config
 SAFE_RESOLVERS = frozenset({"add", "mul", "max", "min", "int", "anneal_steps", "resume_dir", "resume_subdir",
+                            "popgym_episode_steps",
                             "oc.env", "oc.select", "now"})
 #: an env value that names a pickle file to read (XLand's `benchmark: path:<file>`)
 PICKLE_PATH_PREFIX = "path:"

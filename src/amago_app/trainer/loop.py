@@ -148,6 +148,7 @@ class Trainer:
             f"obs {dict((k, v.shape) for k, v in self.train_envs.observation_space.items())}, "
             f"actions {self.train_envs.action_space}\n"
             f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
+            f"  {self._window_and_reward_scale()}\n"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{self.precision_name} ({self.precision.reason}), compile {'on' if self.compiled.value else 'off'} "
             f"({self.compiled.reason}), torch threads {self.threads.describe()}\n"
@@ -158,6 +159,16 @@ class Trainer:
             f"  buffer {self.buffer.get_description()}"
         )
         self._print_thread_notes()
+
+    def _window_and_reward_scale(self) -> str:
+        """The two settings that follow the env, and where this run's values came from."""
+        c = self.cfg
+        line = f"window {c.max_seq_len} steps ({'the env' if c.max_seq_len == c.env.max_seq_len else 'max_seq_len'})"
+        multiplier = c.agent.get("reward_multiplier")  # a custom agent may have none
+        if multiplier is not None:
+            source = "the env" if multiplier == c.env.reward_multiplier else "agent.reward_multiplier"
+            line += f", rewards x{multiplier:g} ({source})"
+        return line + (f"; {c.env.suggestion_note}" if c.env.suggestion_note else "")
 
     def _print_thread_notes(self) -> None:
         for note in self.threads.pop_notes():
