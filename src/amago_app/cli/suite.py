@@ -39,6 +39,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from amago_app.cli.bench_run import cpu_model
+
 SUITES = ("generalization",)
 SPLITS = ("tune", "test", "all")
 MODES = ("greedy", "sampled")
@@ -263,18 +265,6 @@ def _pm(s: dict | None) -> str:
     if not s or s.get("mean") is None:
         return "-"
     return _fmt(s["mean"]) + ("" if s.get("ci95_halfwidth") is None else f" ± {_fmt(s['ci95_halfwidth'])}")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def markdown_table(results: list[dict]) -> str:

@@ -109,7 +109,7 @@ class AsyncCollector(Trainer):
     def __init__(self, cfg: DictConfig, run_dir: Path, index: int, pacing: Pacing, ratio: float, slack: float):
         super().__init__(collector_config(cfg), run_dir, actor_rank=1 + index)
         self.index, self.pacing, self.ratio, self.slack = index, pacing, ratio, slack
-        self.base_frames = 0  # the run's env steps before this session (a resumed run), set by _collector_main
+        self.base_frames = 0  # env steps a resumed run took before this process started, set by _collector_main
 
     def _catch_stop_signals(self) -> None:
         """Ctrl-C stays ignored here (see _collector_main): only the learner saves a training state."""
