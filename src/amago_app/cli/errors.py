@@ -14,7 +14,7 @@ import sys
 from contextlib import contextmanager
 
 from hydra.errors import CompactHydraException
-from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
+from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, ValidationError
 
 from amago_app.rundir import OneLineError, describe_os_error, filesystem_error
 
@@ -46,6 +46,13 @@ def user_message(exc: BaseException) -> str | None:
     if found is None:
         refused = filesystem_error(exc)
         return None if refused is None else describe_os_error(refused)
+    # a resolver's own message, not OmegaConf's "X raised while resolving" wrappers (one per nested interpolation;
+    # OmegaConf keeps the inner error as __context__ unless OC_CAUSE=1)
+    while isinstance(found, InterpolationResolutionError) and isinstance(found.__cause__ or found.__context__,
+                                                                         USER_ERRORS):
+        found = found.__cause__ or found.__context__
+        if isinstance(found, ImportError):
+            return _one_line(str(found))  # a missing package is not about the key that needed it
     if isinstance(found, OSError) and found.filename is not None:
         return describe_os_error(found)
     message = _one_line(str(found)) or type(found).__name__

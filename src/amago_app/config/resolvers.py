@@ -42,8 +42,9 @@ def popgym_episode_steps(task: str) -> int:
     env=popgym sizes the window from it, so that one window holds a whole episode and nothing more."""
     try:
         import popgym.envs
-    except ImportError as e:
-        raise ValueError("env=popgym needs the popgym package: pip install 'amago_app[popgym]'") from e
+    except ImportError as e:  # the words of the env's own import check, which would come next
+        raise ImportError("POPGym envs need the popgym package: pip install 'amago_app[popgym]' (from a clone: "
+                          "EXTRAS=popgym bash scripts/setup.sh)") from e
     wanted = str(task).lower()
     names = []
     for cls, entry in popgym.envs.ALL.items():
