@@ -245,3 +245,31 @@ def test_runs_that_fail_make_the_matrix_fail(tmp_path, suite):
     assert lines[-1] == ("amago-bench: 2 of 2 runs failed (the results leave them out; the same command runs them "
                          "again)"), lines
     assert "results: " in r.stdout
+
+
+def test_a_run_another_matrix_is_training_is_left_alone(tmp_path):
+    """Two amago-bench invocations on one --out: the second never deletes (as an unfinished attempt) a run the
+    first one's process is training; it skips it, naming the process."""
+    import subprocess
+    import sys
+
+    from amago_app.cli.bench_run import Job, StopMatrix, run_job
+
+    run_dir = tmp_path / "runs" / "cartpole" / "memory" / "seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("epoch 3 of someone's live run\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from amago_app.rundir import RunLock; "
+                               f"RunLock({str(run_dir)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lines = []
+        # a refused value: without the check the "restart" deletes the run and this run_job ends at once
+        outcome = run_job(Job("cartpole", "memory", 0, run_dir, ["trainer.epochs=-1"]), StopMatrix(),
+                          log=lines.append)
+        assert outcome == {"returncode": None, "busy": True}
+        assert (run_dir / "train.log").read_text() == "epoch 3 of someone's live run\n"
+        assert lines and f"process {holder.pid} is training it" in lines[0], lines
+    finally:
+        holder.kill()
+        holder.wait()

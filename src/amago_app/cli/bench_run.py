@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amago_app.cli import bench_rows
-from amago_app.rundir import atomic_write_bytes
+from amago_app.rundir import atomic_write_bytes, lock_holder
 
 
 def cpu_model(cpuinfo: str | None = None) -> str:
@@ -139,6 +139,10 @@ def run_job(job: Job, stop: StopMatrix, log=print) -> dict:
         return outcome
     if stop.signal is not None:  # stopped while this job waited for a free slot: leave its directory as it is
         return {"returncode": None, "stopped": True}
+    holder = lock_holder(job.run_dir) if job.run_dir.exists() else None
+    if holder is not None:  # another matrix on the same --out trains it now: never delete a live run
+        log(f"skip   {job.task} {job.variant} seed {job.seed}: process {holder} is training it ({job.run_dir})")
+        return {"returncode": None, "busy": True}
     if job.run_dir.exists():  # an earlier attempt that did not finish: its numbers would mix with the new run's
         log(f"restart {job.task} {job.variant} seed {job.seed} (an earlier attempt did not finish)")
         shutil.rmtree(job.run_dir)
