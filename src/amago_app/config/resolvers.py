@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from omegaconf import OmegaConf
 
 
@@ -37,9 +39,11 @@ def resume_subdir(resume, stamp):
     return ".hydra" if resume in (None, "", "null") else f".hydra/resume_{stamp}"
 
 
+@functools.lru_cache(maxsize=None)
 def popgym_episode_steps(task: str) -> int:
     """The most steps an episode of POPGym task `task` (class name or id) can take: its `max_episode_length`.
-    env=popgym sizes the window from it, so that one window holds a whole episode and nothing more."""
+    env=popgym sizes the window from it, so that one window holds a whole episode and nothing more. Cached:
+    OmegaConf resolves it again at every read of a key that depends on it, and each answer builds the task."""
     try:
         import popgym.envs
     except ImportError as e:  # the words of the env's own import check, which would come next
