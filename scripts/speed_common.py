@@ -22,7 +22,7 @@ def cpu_name() -> str:
 
 
 #: CPU feature flags of native bf16 arithmetic (x86 AVX512-BF16, AMX-BF16; Arm BF16): the flags amago_app's
-#: trainer.mixed_precision=auto looks for (trainer/hardware.py; tests/cli/test_compare_original.py checks they agree)
+#: trainer.mixed_precision=auto looks for (trainer/hardware.py; tests/scripts/test_compare_original.py checks they agree)
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 

@@ -358,10 +358,10 @@ def test_extraction(tmp_path):
 
 
 #: scripts that drive another project (run with that project's Python): --help above checks their flags, their own
-#: tests run them (tests/cli/test_compare_original.py, given a checkout of the original AMAGO)
+#: tests run them (tests/scripts/test_compare_original.py, given a checkout of the original AMAGO)
 OTHER_ENVIRONMENT = ("python scripts/compare_original.py",)
 #: scripts that read a trained run (the docs show a path of the user's): their own tests train one and run them
-#: (tests/cli/test_probe_tmaze_cue.py)
+#: (tests/scripts/test_probe_tmaze_cue.py)
 NEEDS_A_RUN = ("python scripts/probe_tmaze_cue.py",)
 #: and the same with `--original` (measures a checkout of the original AMAGO beside amago_app; its own test needs one)
 SCRIPTS = sorted({c.text for c in ALL if c.text.startswith("python scripts/")
