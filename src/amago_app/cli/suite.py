@@ -45,6 +45,11 @@ SUITES = ("generalization",)
 SPLITS = ("tune", "test", "all")
 MODES = ("greedy", "sampled")
 VARIANT = "defaults"
+#: the original AMAGO's runs of a task (scripts/compare_original.py --suite), beside amago_app's
+ORIGINAL = "original"
+#: the composed keys that make a task's budget: the original is given the same (`--export-settings`)
+BUDGET_KEYS = ("trainer.epochs", "trainer.train_timesteps_per_epoch", "trainer.train_batches_per_epoch",
+               "env.parallel_actors", "trainer.val_interval")
 
 
 @dataclass(frozen=True)
@@ -241,8 +246,15 @@ def seed_result(bench: ModuleType, task: SuiteTask, run_dir: Path) -> dict:
             "cpu_seconds": outcome.get("cpu_seconds"), "command": outcome.get("command"), "final": final}
 
 
+def _original_seeds(task: SuiteTask, out: Path, seeds: list[int]) -> dict:
+    """The original AMAGO's runs of the task (scripts/compare_original.py --suite) at the seeds that exist."""
+    base = out / "runs" / task.name / ORIGINAL
+    return {str(s): base / f"seed{s}" for s in seeds if (base / f"seed{s}").is_dir()}
+
+
 def task_result(bench: ModuleType, task: SuiteTask, out: Path, seeds: list[int], extra: list[str]) -> dict:
     per_seed = {str(s): seed_result(bench, task, out / "runs" / task.name / VARIANT / f"seed{s}") for s in seeds}
+    original = {s: seed_result(bench, task, d) for s, d in _original_seeds(task, out, seeds).items()}
     over = {}
     for mode in MODES:
         means = [r["final"][mode]["mean"] for r in per_seed.values() if mode in r["final"]]
@@ -250,9 +262,13 @@ def task_result(bench: ModuleType, task: SuiteTask, out: Path, seeds: list[int],
             over[mode] = _stats(means)
     walls = [r["train_seconds"] for r in per_seed.values() if r["train_seconds"] is not None]
     cpus = [r["cpu_seconds"] for r in per_seed.values() if r["cpu_seconds"] is not None]
-    return {"task": task.name, **asdict(task), "overrides": list(extra), "seeds": per_seed, "over_seeds": over,
-            "mean_train_seconds": sum(walls) / len(walls) if walls else None,
-            "mean_cpu_seconds": sum(cpus) / len(cpus) if cpus else None}
+    result = {"task": task.name, **asdict(task), "overrides": list(extra), "seeds": per_seed, "over_seeds": over,
+              "mean_train_seconds": sum(walls) / len(walls) if walls else None,
+              "mean_cpu_seconds": sum(cpus) / len(cpus) if cpus else None}
+    if original:
+        means = {m: [r["final"][m]["mean"] for r in original.values() if m in r["final"]] for m in MODES}
+        result["original"] = {"seeds": original, "over_seeds": {m: _stats(v) for m, v in means.items() if v}}
+    return result
 
 
 def _fmt(x) -> str:
@@ -282,6 +298,34 @@ def markdown_table(results: list[dict]) -> str:
         lines.append(f"| {r['name']} | {r['family']} | {r['split']} | {per_mode['greedy']} | {per_mode['sampled']} | "
                      f"{over}{seeds} | {r['metric']} ({r['episodes']}) | {_fmt(r['memory_free'])} / "
                      f"{_fmt(r['possible'])} | {time_cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def original_table(results: list[dict]) -> str:
+    """amago_app's defaults beside the original AMAGO's (its example's defaults at the same budget), per task with
+    a run of the original; empty when there is none."""
+    both = [r for r in results if r.get("original")]
+    if not both:
+        return ""
+    lines = ["## amago_app's defaults vs the original AMAGO's", "",
+             "The original: the example script its README starts such an env with, at its default arguments, given "
+             "amago_app's budget for the task (`scripts/compare_original.py --suite`; what it was given and what it "
+             "could not express: `runs/<task>/original/seed<k>/original.json`). Final policy, per seed "
+             "(mean ± 95% CI); - = not run or not logged by that side.", "",
+             "| task | split | metric (episodes) | side | final greedy, per seed | final sampled, per seed | "
+             "mean over seeds: greedy; sampled | wall (CPU) min per run |", "|---|---|---|---|---|---|---|---|"]
+    for r in both:
+        for side, block in (("amago_app", r), ("original", r["original"])):
+            ran = {s: v for s, v in block["seeds"].items() if v["final"] or v["finished"]}
+            cells = {m: " / ".join(f"{_pm(v['final'].get(m))} (seed {s})" for s, v in ran.items()) or "not yet run"
+                     for m in MODES}
+            over = f"{_pm(block['over_seeds'].get('greedy'))}; {_pm(block['over_seeds'].get('sampled'))}"
+            walls = [v["train_seconds"] for v in ran.values() if v["train_seconds"] is not None]
+            cpus = [v["cpu_seconds"] for v in ran.values() if v["cpu_seconds"] is not None]
+            time_cell = ("-" if not walls else f"{sum(walls) / len(walls) / 60:.1f} "
+                         f"({'-' if not cpus else f'{sum(cpus) / len(cpus) / 60:.1f}'})")
+            lines.append(f"| {r['name']} | {r['split']} | {r['metric']} ({r['episodes']}) | {side} | {cells['greedy']} "
+                         f"| {cells['sampled']} | {over} | {time_cell} |")
     return "\n".join(lines) + "\n"
 
 
@@ -318,22 +362,34 @@ def plot_task(r: dict, out_png: Path) -> Path | None:
     from amago_app.logging.curves import MetricSpec, load_run, plot_metric, save_figure
 
     runs = [load_run(s["run_dir"]) for s in r["seeds"].values() if (Path(s["run_dir"]) / "metrics").is_dir()]
-    if not runs:
+    original = [load_run(s["run_dir"]) for s in r.get("original", {}).get("seeds", {}).values()
+                if (Path(s["run_dir"]) / "metrics").is_dir()]
+    if not runs and not original:
         return None
     prefix = "Average Total Return in " if r["metric"] == "Return" else f"Average {r['metric']} in "
-    names = [n for run in runs for n in run.metric_names("val") if n.startswith(prefix) and "(Across" not in n]
+    names = [n for run in [*runs, *original] for n in run.metric_names("val")
+             if n.startswith(prefix) and "(Across" not in n]
     if not names:
         return None
-    spec = MetricSpec(title=f"{r['name']} ({r['family']}, {r['split']}): amago_app defaults",
-                      series=[("val", names[0], "")], ylabel=f"{r['metric']} (validation: greedy)")
-    fig = plot_metric({"defaults": runs}, spec, show_seeds=True)
+    groups = {"defaults": runs} if runs else {}
+    if original:  # the original names its val metric after its own env name: one series per side
+        groups[ORIGINAL] = original
+    series = [("val", n, "") for n in dict.fromkeys(names)]
+    title = f"{r['name']} ({r['family']}, {r['split']}): amago_app defaults" + (
+        " vs the original AMAGO's" if original else "")
+    spec = MetricSpec(title=title, series=series, ylabel=f"{r['metric']} (validation)")
+    fig = plot_metric(groups, spec, show_seeds=True)
     if fig is None:
         return None
     ax = fig.axes[0]
-    for mode, marker in (("greedy", "o"), ("sampled", "s")):
-        xs, ys, errs = _final_points(r, mode)
-        if xs:
-            ax.errorbar(xs, ys, yerr=errs, fmt=marker, ms=4, capsize=3, label=f"final policy, {mode} (95% CI)")
+    for block, side in ((r, "amago_app"), (r.get("original"), "original")):
+        if not block:
+            continue
+        for mode, marker in (("greedy", "o"), ("sampled", "s")):
+            xs, ys, errs = _final_points(block, mode)
+            if xs:
+                ax.errorbar(xs, ys, yerr=errs, fmt=marker, ms=4, capsize=3,
+                            label=f"{side}: final policy, {mode} (95% CI)")
     for value, label, style in ((r["memory_free"], "memory-free", ":"), (r["possible"], "possible", "--")):
         if value is not None:
             ax.axhline(value, color="0.3", ls=style, lw=1.0, label=f"{label} {value:g}")
@@ -359,7 +415,9 @@ def write_results(bench: ModuleType, tasks: list[SuiteTask], out: Path, split: s
         plot_task(r, out / f"{task.name}.png")
         results.append(r)
     write(out / "generalization.json", json.dumps(results, indent=1))
-    write(out / "generalization.md", report_header(split, seeds, extra) + "\n" + markdown_table(results))
+    original = original_table(results)
+    write(out / "generalization.md", report_header(split, seeds, extra) + "\n" + markdown_table(results)
+          + ("\n" + original if original else ""))
     return results
 
 
@@ -402,6 +460,25 @@ def _check(args) -> tuple[list[SuiteTask], list[int]]:
     return chosen, seeds
 
 
+def export_settings(tasks: list[SuiteTask], extra: list[str]) -> dict:
+    """What scripts/compare_original.py --suite gives the original per task: the env choice, the final
+    evaluation's episodes and metric, and the budget (BUDGET_KEYS) and env keys as amago-train composes them
+    with `extra` (the same --override amago-bench's suite run is given)."""
+    from omegaconf import OmegaConf
+
+    from amago_app.cli.bench_rows import compose
+
+    exported = {}
+    for task in tasks:
+        cfg = compose([*task.overrides, *extra])
+        env = OmegaConf.to_container(cfg.env, resolve=True)
+        exported[task.name] = {
+            "split": task.split, "overrides": list(task.overrides), "metric": task.metric, "episodes": task.episodes,
+            "budget": {k: OmegaConf.select(cfg, k) for k in BUDGET_KEYS},
+            "env": {"id": env.get("id"), "horizon": env.get("horizon"), "make": env.get("make")}}
+    return exported
+
+
 def run_suite(args, bench: ModuleType) -> int:
     """`amago-bench --suite ...` with amago-bench's parsed arguments. `bench` is amago-bench's runner module
     (cli/bench_run.py: its job runner, StopMatrix and outcome files), handed in by amago-bench."""
@@ -411,6 +488,12 @@ def run_suite(args, bench: ModuleType) -> int:
         print(f"amago-bench: error: {e}", file=sys.stderr)
         return 2
     split, extra = args.split or "tune", list(args.override)
+    if getattr(args, "export_settings", False):
+        from amago_app.cli.errors import report_user_errors
+
+        with report_user_errors("amago-bench"):
+            print(json.dumps(export_settings(tasks, extra), indent=1, default=str))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs, failed = [], 0
