@@ -47,7 +47,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from original_run import gin_name, load_class, run_one
+from original_run import gin_name, load_class, run_example, run_one
 from speed_common import NATIVE_BF16_FLAGS, cpu_flags, cpu_name
 
 # --- what the original needs besides the settings ------------------------------------------------------------
@@ -190,6 +190,151 @@ CLASSES = {
     "amago_app.interaction.exploration.BilevelEpsilonGreedy": "amago.envs.exploration.BilevelEpsilonGreedy",
     "amago_app.interaction.exploration.CorridorEpsilonGreedy": "examples/04_tmaze.py:TMazeExploration",
 }
+
+# --- the generalization suite (`--suite generalization`) -----------------------------------------------------
+# Each suite task (amago_app's cli/suite.py) as a user of the original starts such an env: the example script its
+# README points to for that kind of env, with the env chosen on its command line and every other argument at the
+# script's default (model sizes, sequence model, max_seq_len, agent, exploration: the original's defaults, not
+# tuned). `env`: the amago_app keys (of `amago-bench --suite generalization --export-settings`) that the env
+# arguments stand for; the test checks them against the composed task. `reason`: why the original cannot run it.
+_GYM = "examples/01_basic_gym.py"
+_GYMNAX = "examples/02_gymnax.py"
+_POPGYM_EXAMPLE = "examples/03_popgym_suite.py"
+SUITE = {
+    "MineSweeperEasy": {"example": _POPGYM_EXAMPLE, "args": ["--env", "MineSweeperEasy"],
+                        "env": {"id": "MineSweeperEasy"}},
+    "RepeatFirstEasy": {"example": _POPGYM_EXAMPLE, "args": ["--env", "RepeatFirstEasy"],
+                        "env": {"id": "RepeatFirstEasy"}},
+    "StatelessCartPoleEasy": {"example": _POPGYM_EXAMPLE, "args": ["--env", "PositionOnlyCartPoleEasy"],
+                              "env": {"id": "PositionOnlyCartPoleEasy"}},
+    "BernoulliBandit-misc": {"example": _GYMNAX, "args": ["--env", "BernoulliBandit-misc"],
+                             "env": {"id": "BernoulliBandit-misc"}},
+    "MetaFrozenLake-4x4": {"example": "examples/00_meta_frozen_lake.py",
+                           "args": ["--lake_size", "4", "--k_episodes", "3", "--seq_model", "transformer"],
+                           "env": {"make.size": 4, "make.k_episodes": 3, "make.hard_mode": False},
+                           "notes": ["the example requires --seq_model and has no default: transformer, the "
+                                     "traj encoder every other example defaults to (and amago_app's)"]},
+    "MetaMaze-misc": {"example": _GYMNAX, "args": ["--env", "MetaMaze-misc"], "env": {"id": "MetaMaze-misc"}},
+    "DeepSea-bsuite": {"example": _GYMNAX, "args": ["--env", "DeepSea-bsuite"], "env": {"id": "DeepSea-bsuite"}},
+    "MountainCar-v0": {"example": _GYM, "args": ["--env", "MountainCar-v0"], "env": {"id": "MountainCar-v0"}},
+    "InvertedPendulum-v5": {"example": _GYM, "args": ["--env", "InvertedPendulum-v5"],
+                            "env": {"id": "InvertedPendulum-v5"}},
+    "MountainCarContinuous-v0": {"example": _GYM, "args": ["--env", "MountainCarContinuous-v0"],
+                                 "env": {"id": "MountainCarContinuous-v0"}},
+    "DiscountingChain-bsuite": {"example": _GYMNAX, "args": ["--env", "DiscountingChain-bsuite"],
+                                "env": {"id": "DiscountingChain-bsuite"}},
+    "TMazePassive-H100": {"example": "examples/04_tmaze.py", "args": ["--horizon", "100"], "env": {"horizon": 100},
+                          "notes": ["the example's T-maze logs only the return, not the suite's Success metric: "
+                                    "its final evaluations carry Return only"]},
+    "UmbrellaChain-bsuite": {"example": _GYMNAX, "args": ["--env", "UmbrellaChain-bsuite"],
+                             "env": {"id": "UmbrellaChain-bsuite"}},
+    "ImageMemory": {"reason": "the original has no image-memory env and no example for one (amago_app's "
+                              "env=image_memory is its own built-in)"},
+    "MiniGrid-MemoryS7-v0": {"reason": "the original has no MiniGrid example: its 01_basic_gym.py gives gym.make's "
+                                       "env to AMAGOEnv as it is, and MiniGrid's observation holds a text mission "
+                                       "the original's timestep encoders cannot take (amago_app's task drops it)"},
+}
+# The budget and process layout put over the Experiment keywords the example passes: the budget is amago_app's
+# for the task (--export-settings), one process per run as amago_app's suite runs (envs stepped in-process,
+# DataLoader without worker processes), no checkpoints on disk (the final policy is evaluated in memory), no wandb.
+SUITE_BUDGET = {"trainer.epochs": "epochs", "trainer.train_timesteps_per_epoch": "train_timesteps_per_epoch",
+                "trainer.train_batches_per_epoch": "train_batches_per_epoch",
+                "env.parallel_actors": "parallel_actors", "trainer.val_interval": "val_interval"}
+SUITE_LAYOUT = {"env_mode": "sync", "dloader_workers": 0, "ckpt_interval": None, "log_to_wandb": False}
+
+
+def export_suite(amago_bench: str, split: str, tasks: str, overrides: list[str]) -> dict:
+    """The suite tasks' composed settings from amago_app (`amago-bench --suite generalization --export-settings`);
+    ValueError with amago-bench's one line."""
+    cmd = [*shlex.split(amago_bench), "--suite", "generalization", "--split", split, "--tasks", tasks,
+           "--export-settings", *(a for o in overrides for a in ("--override", o))]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise ValueError(f"--amago-bench {amago_bench!r}: cannot run it ({e.strerror}); give amago_app's "
+                         "amago-bench, e.g. /path/to/amago_app-venv/bin/amago-bench") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise ValueError(f"amago-bench --suite generalization --export-settings: {last}")
+    return json.loads(done.stdout)
+
+
+def suite_job(task: str, exported: dict) -> dict:
+    """What the original is given for one suite task: the example, its arguments and the Experiment keywords
+    put over the script's (amago_app's budget for the task and the process layout)."""
+    entry = SUITE[task]
+    experiment = {SUITE_BUDGET[k]: v for k, v in exported["budget"].items()} | SUITE_LAYOUT
+    return {"example": entry["example"], "args": list(entry["args"]), "experiment": experiment,
+            "episodes": exported["episodes"], "metric": exported["metric"]}
+
+
+def describe_suite(task: str, exported: dict, job: dict) -> dict:
+    """original.json of a suite run: what was run, how the final values were obtained, what differs."""
+    return {"task": task, "variant": "original", "amago_app": exported, "example": job["example"],
+            "args": job["args"], "experiment_keywords_put_over_the_script": job["experiment"],
+            "final_evaluation": "after the last epoch, the policy in memory (the final one) plays the task's "
+                                "episodes through the original's Experiment.evaluate_test(episodes=N), once with "
+                                "sample_actions_val=False (greedy: argmax / mean action) and once with True "
+                                "(sampled); what the example's own closing evaluate_test call would have run",
+            "differences": [*SUITE[task].get("notes", []),
+                            "validation: the example's own val_timesteps_per_epoch and action mode (the original's "
+                            "default samples); amago_app's defaults validate greedily on trainer.val_episodes",
+                            "attention: where the example asks for FlashAttention (a GPU build), the original's "
+                            "VanillaAttention runs instead when flash_attn is not installed: the same math, unfused "
+                            "(window_size, the one FlashAttention-only argument, is at its default: full context)",
+                            "one process per run (env_mode sync, no DataLoader workers), one torch thread; the "
+                            "example's defaults are async envs and several workers",
+                            "the original's torch.compile decorators are off (TORCHDYNAMO_DISABLE=1), as amago_app "
+                            "runs eagerly on CPU",
+                            "seeds: Python, NumPy and torch are seeded; the original's exploration draws from "
+                            "unseeded generators, so its runs do not repeat exactly"]}
+
+
+def _suite_main(args, checkout: Path) -> int:
+    split = args.split or "tune"
+    if split not in ("tune", "test", "all"):
+        return _fail(f"--split {split!r}: choose tune (the default), test or all")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        return _fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+    try:
+        exported = export_suite(args.amago_bench, split, args.tasks, args.override)
+    except ValueError as e:
+        return _fail(str(e))
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    jobs, cannot = [], []
+    for task, settings in exported.items():
+        if "reason" in SUITE[task]:
+            cannot.append(task)
+            print(f"compare_original: {task}: the original cannot run it: {SUITE[task]['reason']}", file=sys.stderr)
+            path = Path(args.out) / "runs" / task / "original" / "cannot_run.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"task": task, "reason": SUITE[task]["reason"]}, indent=1))
+            continue
+        spec = suite_job(task, settings)
+        for seed in seeds:
+            run_dir = Path(args.out) / "runs" / task / "original" / f"seed{seed}"
+            command = " ".join([f"compare_original.py --amago {checkout} --suite generalization --split {split} "
+                                f"--tasks {task} --seeds {seed}", *(f"--override {o}" for o in args.override)])
+            info = describe_suite(task, settings, spec) | {
+                "overrides": args.override, "seed": seed, "checkout": str(checkout.resolve()),
+                "commit": commit.stdout.strip() or None}
+            jobs.append(spec | {"amago": str(checkout.resolve()), "task": task, "row": task, "variant": "original",
+                                "seed": seed, "run_dir": str(run_dir.resolve()), "describe": info,
+                                "command": command, "torch_compile": args.torch_compile, "suite": True})
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        outcomes = list(pool.map(_run_child, jobs))
+    failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
+    for j, o in failed:
+        print(f"compare_original: {j['task']} seed {j['seed']} exited {o['returncode']}: see "
+              f"{j['run_dir']}/original.log", file=sys.stderr)
+    print(f"report: amago-bench --suite generalization --split {split} --tasks {args.tasks} --seeds {args.seeds} "
+          f"--report-only --out {args.out}")
+    return 1 if failed else 0
+
 
 # Config keys that do not change what is learned (logging, checkpoints, threads, process layout, names) or that
 # the composed presets leave at values these runs never reach; the test checks every other key is in the table.
@@ -337,6 +482,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--torch-compile", action="store_true",
                    help="keep the original's torch.compile decorators on (default: off; with torch 2.13 on CPU its "
                         "compiled transformer update fails, and compiling costs minutes of CPU per run)")
+    p.add_argument("--suite", default=None, metavar="generalization",
+                   help="run the original on amago-bench's task suite instead of the rows: each task through the "
+                        "original's example script for that kind of env, at its defaults, with amago_app's budget")
+    p.add_argument("--split", default=None, help="with --suite: tune (default), test or all")
+    p.add_argument("--tasks", default="all", help="with --suite: comma-separated suite tasks (default: all of --split)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one job (JSON) in this process
     return p
 
@@ -361,6 +511,9 @@ def _run_child(job: dict) -> dict:
     if not job["torch_compile"]:  # the original decorates its networks with torch.compile (see --torch-compile)
         env["TORCHDYNAMO_DISABLE"] = "1"
     print(f"start  {job['row']} {job['variant']} seed {job['seed']}", flush=True)
+    if job.get("suite"):  # the example's run directory: its replay buffer and checkpoints, removed at the end
+        job["args"] = [*job["args"], "--run_name", "run", "--buffer_dir", str(run_dir / "original_run"),
+                       *(["--no_log"] if job["example"] != "examples/00_meta_frozen_lake.py" else [])]
     start = time.perf_counter()
     with open(run_dir / "original.log", "w") as log:
         proc = subprocess.Popen([sys.executable, __file__, "--amago", job["amago"], "--one", json.dumps(job)],
@@ -381,8 +534,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     checkout = Path(args.amago).expanduser()
     if args.one:
-        run_one(json.loads(args.one), translate)
+        job = json.loads(args.one)
+        run_example(job) if job.get("suite") else run_one(job, translate)
         return 0
+    if args.suite is not None or args.split is not None:
+        if args.suite != "generalization":
+            return _fail(f"--suite {args.suite!r}: unknown suite; choose from generalization")
+        if args.jobs < 1:
+            return _fail(f"--jobs ({args.jobs}) must be >= 1")
+        if not (checkout / "amago" / "__init__.py").is_file():
+            return _fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
+        return _suite_main(args, checkout)
     rows = list(ORIGINAL_ROWS) if args.rows == "all" else [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ORIGINAL_ROWS]
     if unknown or not rows:

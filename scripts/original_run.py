@@ -223,3 +223,151 @@ def run_one(job: dict, translate) -> None:
     shutil.rmtree(run_dir / "original_run" / "buffer", ignore_errors=True)  # what is left of the replay buffer
     print(f"finished {job['row']} {job['variant']} seed {job['seed']}: {experiment.grad_update_counter} updates",
           flush=True)
+
+
+# --- the generalization suite: the original's example scripts, run as a user starts them ---------------------
+def _t95(dof: int) -> float:
+    """The 97.5% quantile of Student's t (Cornish-Fisher expansion around the normal one; exact to 1e-3 from 10
+    degrees of freedom, and the suite's evaluations have hundreds): this runs without scipy."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.975)
+    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+
+
+def describe(values) -> dict:
+    """n, mean, std (ddof=1) and the 95% t-interval of the mean, the fields amago-eval writes."""
+    import math
+
+    x = [float(v) for v in values]
+    n = len(x)
+    mean = sum(x) / n if n else math.nan
+    std = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1)) if n > 1 else 0.0
+    half = _t95(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+    return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half], "ci95_halfwidth": half}
+
+
+def run_example(job: dict) -> None:
+    """One seed of one suite task: the checkout's example script, run unchanged (runpy, as `python <example>
+    <args>`) with the budget's Experiment keywords put over what the script passes, its validations recorded to
+    metrics/val.jsonl, and its closing `evaluate_test` replaced by the final evaluation of the final policy:
+    `episodes` episodes once greedy and once sampled (the Experiment's sample_actions_val), written as
+    eval/final-<mode>.json in amago-eval's fields."""
+    import random
+    import runpy
+
+    _die_with_parent()
+    import numpy as np
+
+    checkout, run_dir = Path(job["amago"]), Path(job["run_dir"])
+    amago = _import_original(checkout)
+    import torch
+
+    torch.set_num_threads(1)
+    random.seed(job["seed"])
+    np.random.seed(job["seed"])
+    torch.manual_seed(job["seed"])
+    metrics, evals = run_dir / "metrics", run_dir / "eval"
+    metrics.mkdir(parents=True, exist_ok=True)
+    evals.mkdir(parents=True, exist_ok=True)
+    Experiment = amago.experiment.Experiment
+    init, log, evaluate_test = Experiment.__init__, Experiment.log, Experiment.evaluate_test
+    given = {}
+
+    def budget_init(self, *args, **kwargs):
+        given["script"] = {k: v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
+                           for k, v in kwargs.items()}
+        kwargs.update(job["experiment"])
+        given["run"] = {k: kwargs.get(k) for k in job["experiment"]}
+        init(self, *args, **kwargs)
+        self._started = time.time()
+
+    def recording_log(self, metrics_dict, key):
+        log(self, metrics_dict, key)
+        if key != "val":
+            return
+        record = {"total_frames": int(self.x_axis_metrics().get("total_frames", 0)),
+                  "epoch": getattr(self, "epoch", None),
+                  "gradient_steps": int(self.grad_update_counter), "wall_time": round(time.time() - self._started, 3)}
+        for k, v in metrics_dict.items():
+            v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+            if isinstance(v, (int, float)):
+                record[f"val/{k}"] = float(v)
+        with open(metrics / "val.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def final_evaluation(self, make_test_env, timesteps, *args, **kwargs):
+        captured = {}
+        interact = self.interact
+
+        def capturing(*a, **kw):
+            hidden, histories = interact(*a, **kw)
+            captured["returns"], captured["specials"] = histories
+            return hidden, histories
+
+        configured = self.sample_actions_val
+        self.interact = capturing
+        try:
+            for mode in ("greedy", "sampled"):
+                self.sample_actions_val = mode == "sampled"
+                start = time.time()
+                # episodes stop the loop; the step limit only guards against an env that never ends
+                evaluate_test(self, make_test_env, timesteps=10 ** 9, episodes=job["episodes"])
+                returns, specials = {}, {}  # one history per actor: merged per env name
+                for history in captured["returns"]:
+                    for name, scores in history.data.items():
+                        returns.setdefault(name, []).extend(scores)
+                for history in captured["specials"]:
+                    for name, keys in history.data.items():
+                        for key, values in keys.items():
+                            specials.setdefault(name, {}).setdefault(key, []).extend(values)
+                per_env = {name: {"Return": describe(r)} for name, r in returns.items()}
+                for name, keys in specials.items():
+                    for key, values in keys.items():
+                        per_env.setdefault(name, {})[key] = describe(values)
+                env = next(iter(per_env), None)
+                result = {"run_dir": str(run_dir), "checkpoint": "latest", "env": env,
+                          "sample_actions": mode == "sampled", "episodes_requested": job["episodes"],
+                          "episodes": sum(len(r) for r in returns.values()), "parallel_actors": self.parallel_actors,
+                          "seconds": round(time.time() - start, 2), "per_env": per_env,
+                          "how": "the original's Experiment.evaluate_test(episodes=N) on the final policy (the "
+                                 "policy after the last epoch, not a best checkpoint), sample_actions_val="
+                                 f"{mode == 'sampled'}; it stops once N episodes ended across the actors, so n "
+                                 "can exceed N by up to parallel_actors - 1"}
+                (evals / f"final-{mode}.json").write_text(json.dumps(result, indent=1))
+        finally:
+            self.interact, self.sample_actions_val = interact, configured
+        return {}
+
+    Experiment.__init__, Experiment.log, Experiment.evaluate_test = budget_init, recording_log, final_evaluation
+    from amago.nets import transformer
+
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:  # the examples' FlashAttention needs a GPU build: its math, unfused (what the rows use)
+        def vanilla(cls, causal: bool = True, dropout: float = 0.0, **ignored):
+            return transformer.VanillaAttention(causal=causal, dropout=dropout)
+
+        transformer.FlashAttention.__new__ = vanilla
+        from amago.nets.traj_encoders import TformerTrajEncoder
+
+        tformer_init = TformerTrajEncoder.__init__
+
+        def unfused_init(self, *args, **kwargs):
+            tformer_init(self, *args, **kwargs)
+            if self.attention_type is transformer.FlashAttention:  # its inference cache is then float32, not bf16
+                self.attention_type = transformer.VanillaAttention
+
+        TformerTrajEncoder.__init__ = unfused_init
+    example = checkout / job["example"]
+    sys.argv = [str(example), *job["args"]]
+    sys.path.insert(0, str(example.parent))
+    runpy.run_path(str(example), run_name="__main__")
+    record = json.loads((run_dir / "original.json").read_text()) | {"given_to_the_original": {
+        "command": ["python", job["example"], *job["args"]],
+        "Experiment keywords the script passed": given.get("script"),
+        "Experiment keywords put over them (the budget and the process layout)": given.get("run")}}
+    (run_dir / "original.json.tmp").write_text(json.dumps(record, indent=1, default=str))
+    os.replace(run_dir / "original.json.tmp", run_dir / "original.json")
+    shutil.rmtree(run_dir / "original_run", ignore_errors=True)  # the example's replay buffer and checkpoints
+    print(f"finished {job['task']} seed {job['seed']}", flush=True)

@@ -143,3 +143,88 @@ def test_auto_precision_is_decided_as_amago_app_decides_it(script, flags, native
     cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n" if "asimd" not in flags else f"Features\t: {flags}\n"
     ours = choose_precision("auto", "cpu", cpu_flags(cpuinfo), cuda_bf16=False).value
     assert script.cpu_precision(cpuinfo) == ours == ("bf16" if native else "no")
+
+
+# --- the generalization suite (`--suite generalization`) -------------------------------------------------------
+@pytest.fixture(scope="module")
+def suite_exported(script):
+    return script.export_suite(AMAGO_BENCH, "all", "all", [])
+
+
+def test_every_suite_task_maps_to_an_example_or_says_why_not(script, suite_exported):
+    """Each task of amago-bench's suite runs through one of the original's example scripts (that exists in its
+    examples/ folder, with the env it is given on the command line being the task's composed env), or carries
+    the reason the original cannot run it."""
+    from omegaconf import OmegaConf
+
+    from amago_app.cli import suite
+
+    assert set(script.SUITE) == set(suite.TASKS) == set(suite_exported)
+    for name, entry in script.SUITE.items():
+        if "reason" in entry:
+            assert entry["reason"].strip() and "example" not in entry, name
+            continue
+        assert re.fullmatch(r"examples/\d\d_\w+\.py", entry["example"]), name
+        if CHECKOUT:
+            assert (Path(CHECKOUT) / entry["example"]).is_file(), name
+        composed = bench_rows.compose(list(suite.TASKS[name].overrides))
+        for key, value in entry["env"].items():
+            assert OmegaConf.select(composed.env, key) == value, f"{name}: env.{key}"
+            assert str(value).lower() in " ".join(entry["args"]).lower() or value is False, f"{name}: {key}"
+
+
+@pytest.mark.parametrize("overrides", [[], ["trainer.epochs=3", "trainer.train_batches_per_epoch=7"]])
+def test_the_original_gets_amago_apps_budget_for_each_suite_task(script, overrides):
+    """Epochs, env steps and updates per epoch, parallel actors and the validation cadence the original is given
+    are those amago-train composes for the task (with the same --override), and the episodes of its final
+    evaluation are the suite's."""
+    from amago_app.cli import suite
+
+    exported = script.export_suite(AMAGO_BENCH, "all", "all", overrides)
+    for name, task in suite.TASKS.items():
+        if "reason" in script.SUITE[name]:
+            continue
+        cfg = bench_rows.compose([*task.overrides, *overrides])
+        job = script.suite_job(name, exported[name])
+        assert job["experiment"] | {} == {
+            "epochs": cfg.trainer.epochs, "train_timesteps_per_epoch": cfg.trainer.train_timesteps_per_epoch,
+            "train_batches_per_epoch": cfg.trainer.train_batches_per_epoch, "parallel_actors": cfg.env.parallel_actors,
+            "val_interval": cfg.trainer.val_interval, **script.SUITE_LAYOUT}, name
+        assert job["episodes"] == task.episodes and job["metric"] == task.metric
+
+
+def _fixture_run(run_dir: Path, env: str, greedy: float, sampled: float, episodes: int) -> None:
+    (run_dir / "metrics").mkdir(parents=True)
+    (run_dir / "eval").mkdir()
+    (run_dir / "metrics" / "val.jsonl").write_text("".join(
+        json.dumps({"total_frames": f, "epoch": e, f"val/Average Total Return in {env}": r}) + "\n"
+        for f, e, r in ((0, 0, 0.0), (1600, 2, 0.2), (3200, 4, 0.4))))
+    (run_dir / "bench_done.json").write_text(json.dumps({"returncode": 0, "process_seconds": 600.0,
+                                                         "cpu_seconds": 300.0, "command": "x"}))
+    for mode, mean in (("greedy", greedy), ("sampled", sampled)):
+        stats = {"n": episodes, "mean": mean, "std": 0.1, "ci95": [mean - 0.01, mean + 0.01], "ci95_halfwidth": 0.01}
+        (run_dir / "eval" / f"final-{mode}.json").write_text(json.dumps(
+            {"checkpoint": "latest", "episodes_requested": episodes, "per_env": {env: {"Return": stats}}}))
+
+
+def test_the_suite_report_shows_the_original_beside_amago_app(tmp_path):
+    """`amago-bench --suite ... --report-only` reads both sides' run dirs: a table with a line per side, per-seed
+    final values with their intervals, and both sides' curves and final points on the task's plot."""
+    from amago_app.cli import suite
+
+    task = suite.TASKS["MetaFrozenLake-4x4"]
+    _fixture_run(tmp_path / "runs" / task.name / "defaults" / "seed0", "MetaFrozenLake-4x4-k3", 0.612, 0.523,
+                 task.episodes)
+    _fixture_run(tmp_path / "runs" / task.name / "original" / "seed0", "meta_frozen_lake_k3_4x4_easy_reset",
+                 0.331, 0.247, task.episodes)
+    done = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--suite", "generalization", "--split", "test",
+                           "--tasks", task.name, "--seeds", "0", "--report-only", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr
+    md = (tmp_path / "generalization.md").read_text()
+    rows = {line.split("|")[4].strip(): line for line in md.splitlines() if line.startswith(f"| {task.name} | test |")}
+    assert "0.612 ± 0.01 (seed 0)" in rows["amago_app"] and "0.523 ± 0.01 (seed 0)" in rows["amago_app"]
+    assert "0.331 ± 0.01 (seed 0)" in rows["original"] and "0.247 ± 0.01 (seed 0)" in rows["original"]
+    result = json.loads((tmp_path / f"{task.name}.json").read_text())
+    assert result["original"]["seeds"]["0"]["final"]["greedy"]["mean"] == 0.331
+    assert (tmp_path / f"{task.name}.png").stat().st_size > 0
