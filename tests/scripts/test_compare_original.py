@@ -228,3 +228,18 @@ def test_the_suite_report_shows_the_original_beside_amago_app(tmp_path):
     result = json.loads((tmp_path / f"{task.name}.json").read_text())
     assert result["original"]["seeds"]["0"]["final"]["greedy"]["mean"] == 0.331
     assert (tmp_path / f"{task.name}.png").stat().st_size > 0
+
+
+def test_a_task_the_original_cannot_run_is_reported_with_its_reason(tmp_path):
+    from amago_app.cli import suite
+
+    task = suite.TASKS["MiniGrid-MemoryS7-v0"]
+    cannot = tmp_path / "runs" / task.name / "original" / "cannot_run.json"
+    cannot.parent.mkdir(parents=True)
+    cannot.write_text(json.dumps({"task": task.name, "reason": "no MiniGrid example"}))
+    done = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--suite", "generalization", "--split", "test",
+                           "--tasks", task.name, "--seeds", "0", "--report-only", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr
+    assert (f"| {task.name} | test | {task.metric} ({task.episodes}) | original | cannot run: no MiniGrid example |"
+            in (tmp_path / "generalization.md").read_text())

@@ -265,6 +265,9 @@ def task_result(bench: ModuleType, task: SuiteTask, out: Path, seeds: list[int],
     result = {"task": task.name, **asdict(task), "overrides": list(extra), "seeds": per_seed, "over_seeds": over,
               "mean_train_seconds": sum(walls) / len(walls) if walls else None,
               "mean_cpu_seconds": sum(cpus) / len(cpus) if cpus else None}
+    cannot = _read_json(out / "runs" / task.name / ORIGINAL / "cannot_run.json")
+    if cannot and cannot.get("reason"):  # written by compare_original.py for a task the original cannot run
+        result["original_cannot_run"] = str(cannot["reason"])
     if original:
         means = {m: [r["final"][m]["mean"] for r in original.values() if m in r["final"]] for m in MODES}
         result["original"] = {"seeds": original, "over_seeds": {m: _stats(v) for m, v in means.items() if v}}
@@ -304,7 +307,7 @@ def markdown_table(results: list[dict]) -> str:
 def original_table(results: list[dict]) -> str:
     """amago_app's defaults beside the original AMAGO's (its example's defaults at the same budget), per task with
     a run of the original; empty when there is none."""
-    both = [r for r in results if r.get("original")]
+    both = [r for r in results if r.get("original") or r.get("original_cannot_run")]
     if not both:
         return ""
     lines = ["## amago_app's defaults vs the original AMAGO's", "",
@@ -315,6 +318,10 @@ def original_table(results: list[dict]) -> str:
              "| task | split | metric (episodes) | side | final greedy, per seed | final sampled, per seed | "
              "mean over seeds: greedy; sampled | wall (CPU) min per run |", "|---|---|---|---|---|---|---|---|"]
     for r in both:
+        if not r.get("original"):
+            lines.append(f"| {r['name']} | {r['split']} | {r['metric']} ({r['episodes']}) | original | cannot run: "
+                         f"{r['original_cannot_run']} | | | |")
+            continue
         for side, block in (("amago_app", r), ("original", r["original"])):
             ran = {s: v for s, v in block["seeds"].items() if v["final"] or v["finished"]}
             cells = {m: " / ".join(f"{_pm(v['final'].get(m))} (seed {s})" for s, v in ran.items()) or "not yet run"
