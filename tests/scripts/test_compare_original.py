@@ -96,6 +96,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert not list(tmp_path.glob("bench*"))  # nothing written on bad input
 
 
+def test_bad_suite_input_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "amago").mkdir()
+    (tmp_path / "amago" / "__init__.py").write_text("")
+
+    def run(*args):
+        done = subprocess.run([sys.executable, str(SCRIPT), "--amago", str(tmp_path), "--amago-bench", AMAGO_BENCH,
+                               "--out", str(tmp_path / "out"), *args], capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stderr.strip().splitlines()
+
+    rc, err = run("--suite", "nope")
+    assert rc == 2 and len(err) == 1 and "'nope'" in err[0] and "generalization" in err[0]
+    rc, err = run("--suite", "generalization", "--split", "half")
+    assert rc == 2 and len(err) == 1 and "'half'" in err[0] and "tune" in err[0]
+    rc, err = run("--suite", "generalization", "--tasks", "Nope")
+    assert rc == 2 and len(err) == 1 and "Nope" in err[0] and "MineSweeperEasy" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
 CHECKOUT = os.environ.get("AMAGO_ORIGINAL_CHECKOUT")
 PYTHON = os.environ.get("AMAGO_ORIGINAL_PYTHON")
 

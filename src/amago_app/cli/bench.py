@@ -81,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
                         "<!-- results:end --> is rewritten, its curves in bench/ beside it (default: docs/results.md)")
     p.add_argument("--export-settings", action="store_true",
                    help="print the composed settings of the --tasks rows (at --budget-scale, with --override) as "
-                        "JSON and exit; scripts/compare_original.py reads them")
+                        "JSON and exit (with --suite: each task's env and budget); scripts/compare_original.py "
+                        "reads them")
     p.add_argument("--suite", default=None, metavar="generalization",
                    help="run a task suite instead of the rows (cli/suite.py): --tasks then names its tasks")
     p.add_argument("--split", default=None, metavar="tune|test|all",
