@@ -226,8 +226,8 @@ SUITE = {
     "MetaMaze-misc": {"example": _GYMNAX, "args": ["--env", "MetaMaze-misc"], "env": {"id": "MetaMaze-misc"}},
     "DeepSea-bsuite": {"example": _GYMNAX, "args": ["--env", "DeepSea-bsuite"], "env": {"id": "DeepSea-bsuite"}},
     "MountainCar-v0": {"example": _GYM, "args": ["--env", "MountainCar-v0"], "env": {"id": "MountainCar-v0"}},
-    "InvertedPendulum-v5": {"example": _GYM, "args": ["--env", "InvertedPendulum-v5"],
-                            "env": {"id": "InvertedPendulum-v5"}},
+    "InvertedPendulum-v5": {"reason": "the original pins gymnasium<=0.29.1, whose MuJoCo InvertedPendulum goes up to "
+                                      "v4 only (v5, the suite's, came with gymnasium 1.0)"},
     "MountainCarContinuous-v0": {"example": _GYM, "args": ["--env", "MountainCarContinuous-v0"],
                                  "env": {"id": "MountainCarContinuous-v0"}},
     "DiscountingChain-bsuite": {"example": _GYMNAX, "args": ["--env", "DiscountingChain-bsuite"],
