@@ -245,11 +245,24 @@ SUITE = {
 }
 # The budget and process layout put over the Experiment keywords the example passes: the budget is amago_app's
 # for the task (--export-settings), one process per run as amago_app's suite runs (envs stepped in-process,
-# DataLoader without worker processes), no checkpoints on disk (the final policy is evaluated in memory), no wandb.
+# DataLoader without worker processes; a script whose envs are one batched env, as gymnax's, keeps its
+# already_vectorized mode), no checkpoints on disk (the final policy is evaluated in memory), no wandb.
 SUITE_BUDGET = {"trainer.epochs": "epochs", "trainer.train_timesteps_per_epoch": "train_timesteps_per_epoch",
                 "trainer.train_batches_per_epoch": "train_batches_per_epoch",
                 "env.parallel_actors": "parallel_actors", "trainer.val_interval": "val_interval"}
 SUITE_LAYOUT = {"env_mode": "sync", "dloader_workers": 0, "ckpt_interval": None, "log_to_wandb": False}
+
+
+_GPU_ONLY = {_GYMNAX: "the original's gymnax example runs only on a CUDA GPU (it places its envs on "
+                      "jax.devices('gpu') and the policy on torch.cuda.current_device()), and this machine has none"}
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def export_suite(amago_bench: str, split: str, tasks: str, overrides: list[str]) -> dict:
@@ -273,7 +286,11 @@ def suite_job(task: str, exported: dict) -> dict:
     put over the script's (amago_app's budget for the task and the process layout)."""
     entry = SUITE[task]
     experiment = {SUITE_BUDGET[k]: v for k, v in exported["budget"].items()} | SUITE_LAYOUT
-    return {"example": entry["example"], "args": list(entry["args"]), "experiment": experiment,
+    args = list(entry["args"])
+    if entry["example"] != "examples/00_meta_frozen_lake.py":  # the scripts on the original's common CLI
+        # also on the command line: the gymnax script builds its batch of envs from --parallel_actors itself
+        args += ["--parallel_actors", str(experiment["parallel_actors"])]
+    return {"example": entry["example"], "args": args, "experiment": experiment,
             "episodes": exported["episodes"], "metric": exported["metric"]}
 
 
@@ -315,13 +332,15 @@ def _suite_main(args, checkout: Path) -> int:
         return _fail(str(e))
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
     jobs, cannot = [], []
+    cuda = _cuda()
     for task, settings in exported.items():
-        if "reason" in SUITE[task]:
+        reason = SUITE[task].get("reason") or (None if cuda else _GPU_ONLY.get(SUITE[task]["example"]))
+        if reason:
             cannot.append(task)
-            print(f"compare_original: {task}: the original cannot run it: {SUITE[task]['reason']}", file=sys.stderr)
+            print(f"compare_original: {task}: the original cannot run it: {reason}", file=sys.stderr)
             path = Path(args.out) / "runs" / task / "original" / "cannot_run.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"task": task, "reason": SUITE[task]["reason"]}, indent=1))
+            path.write_text(json.dumps({"task": task, "reason": reason}, indent=1))
             continue
         spec = suite_job(task, settings)
         for seed in seeds:

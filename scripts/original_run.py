@@ -277,7 +277,10 @@ def run_example(job: dict) -> None:
     def budget_init(self, *args, **kwargs):
         given["script"] = {k: v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
                            for k, v in kwargs.items()}
-        kwargs.update(job["experiment"])
+        layout = dict(job["experiment"])
+        if kwargs.get("env_mode") == "already_vectorized":  # one batched env (gymnax): nothing to step in-process
+            layout.pop("env_mode", None)
+        kwargs.update(layout)
         given["run"] = {k: kwargs.get(k) for k in job["experiment"]}
         init(self, *args, **kwargs)
         self._started = time.time()
