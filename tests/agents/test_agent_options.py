@@ -240,7 +240,7 @@ def test_multitask_per_action_critic_matches_a_float64_loop_reference():
     cross-entropy of the *taken* action's logits; the BC advantage is Q(s, a_data) - sum_a pi(a|s) Q(s, a)."""
     torch.manual_seed(0)
     agent = make_agent(MultiTaskAgent, "discrete", num_critics=1, num_critics_td=1, online_coeff=0.0,
-                       offline_coeff=1.0, reward_multiplier=2.0, n_step=1).double()  # the reference is 1-step
+                       offline_coeff=1.0, reward_multiplier=2.0).double()
     for p in agent.target_critics.parameters():  # targets differ from the online critics
         p.data.add_(0.05 * torch.randn_like(p))
     batch = random_batch(ACTION_SPACES["discrete"], obs_space())

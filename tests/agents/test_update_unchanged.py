@@ -12,8 +12,7 @@ from amago_app.data.timestep import Batch
 from amago_app.trainer.build import build_agent, build_envs
 from conftest import compose_config
 
-# the figures were recorded with 1-step targets (the default then): the speed work is checked at those settings
-NETWORK = ["traj_encoder.d_model=32", "traj_encoder.n_heads=4", "traj_encoder.n_layers=2", "agent.n_step=1"]
+NETWORK = ["traj_encoder.d_model=32", "traj_encoder.n_heads=4", "traj_encoder.n_layers=2"]
 CASES = {  # name -> (overrides, reference figures)
     "discrete": ([], {"loss": 12.134100914001465, "critic": 1.18793785572052, "tstep_encoder": 3.636021852493286,
                       "traj_encoder": 90.11668395996094, "critics": 9.586143493652344, "actor": 0.10419175028800964}),

@@ -104,7 +104,7 @@ class Agent(BaseAgent):
         fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] | None = None,
         popart: bool = True,
         use_target_actor: bool = True,
-        n_step: int = 3,
+        n_step: int = 1,
         pass_obs_keys_to_actor: list[str] | tuple[str, ...] | None = None,
     ):
         super().__init__()

@@ -360,8 +360,7 @@ class AgentConfig:
     """Advantage filter of the BC term, chosen with agent/fbc_filter_func=binary (default) | exp | leaky_relu."""
     popart: bool = True
     use_target_actor: bool = True
-    n_step: int = 3
-    """TD targets sum this many rewards before bootstrapping (fewer where a window or an episode ends first)."""
+    n_step: int = 1
     pass_obs_keys_to_actor: Optional[list[str]] = None
     """Raw observation keys handed to the actor as `actor(state, obs)` (e.g. action masks for custom actors)."""
 
@@ -461,14 +460,12 @@ class BufferConfig:
     """npz | npz-compressed | traj (pickle: needs allow_pickle=true to be read back)."""
     allow_pickle: bool = False
     """Read pickle-based `.traj` buffer files. Unpickling runs code: enable only for files you trust."""
-    padded_sampling: str = "both"
-    """Window start distribution: both (windows may start before a file's first step and end after its last, so
-    a file's first and last steps are trained on as often as its middle) | none (the original AMAGO's) | left |
-    right."""
-    sample_by: str = "transition"
-    """Which file a window comes from: transition (files weighted so that every stored transition is trained on
-    equally often; matters when files differ in length, e.g. whole episodes that end early) | file (every file
-    equally likely, the original AMAGO's rule)."""
+    padded_sampling: str = "none"
+    """Window start distribution: none | both | left | right."""
+    sample_by: str = "file"
+    """Which file a window comes from: file (every file equally likely, the original AMAGO's rule) | transition
+    (files weighted so that every stored transition is trained on equally often; matters when files differ in
+    length, e.g. whole episodes that end early)."""
     fixed_length: bool = False
     """Pad every batch to max_seq_len (static shapes for torch.compile / CUDA graphs)."""
     prefetch: int = 2
