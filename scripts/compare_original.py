@@ -29,7 +29,7 @@ with the original's Python and calls amago_app's `amago-bench` (`--amago-bench`,
         --amago-bench /path/to/amago_app-venv/bin/amago-bench \\
         --rows tmaze_h50,cartpole --seeds 0,1 --out bench [--budget-scale 0.1] [--jobs 2]
 
-`--suite generalization` runs amago-bench's task suite instead (SUITE below): each task through the original's
+`--suite generalization` runs amago-bench's task suite instead (scripts/original_suite.py): each task through the original's
 own example script for that kind of env, at the script's defaults, with amago_app's budget for the task, then
 the final policy evaluated greedy and sampled into eval/final-<mode>.json, read by `amago-bench --suite
 generalization --report-only`:
@@ -57,6 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from original_run import gin_name, load_class, run_example, run_one
+from original_suite import GPU_ONLY, SUITE, SUITE_LAYOUT, cuda_available, describe_suite, suite_job  # noqa: F401
 from speed_common import NATIVE_BF16_FLAGS, cpu_flags, cpu_name
 
 # --- what the original needs besides the settings ------------------------------------------------------------
@@ -200,143 +201,31 @@ CLASSES = {
     "amago_app.interaction.exploration.CorridorEpsilonGreedy": "examples/04_tmaze.py:TMazeExploration",
 }
 
-# --- the generalization suite (`--suite generalization`) -----------------------------------------------------
-# Each suite task (amago_app's cli/suite.py) as a user of the original starts such an env: the example script its
-# README points to for that kind of env, with the env chosen on its command line and every other argument at the
-# script's default (model sizes, sequence model, max_seq_len, agent, exploration: the original's defaults, not
-# tuned). `env`: the amago_app keys (of `amago-bench --suite generalization --export-settings`) that the env
-# arguments stand for; the test checks them against the composed task. `reason`: why the original cannot run it.
-_GYM = "examples/01_basic_gym.py"
-_GYMNAX = "examples/02_gymnax.py"
-_POPGYM_EXAMPLE = "examples/03_popgym_suite.py"
-SUITE = {
-    "MineSweeperEasy": {"example": _POPGYM_EXAMPLE, "args": ["--env", "MineSweeperEasy"],
-                        "env": {"id": "MineSweeperEasy"}},
-    "RepeatFirstEasy": {"example": _POPGYM_EXAMPLE, "args": ["--env", "RepeatFirstEasy"],
-                        "env": {"id": "RepeatFirstEasy"}},
-    "StatelessCartPoleEasy": {"example": _POPGYM_EXAMPLE, "args": ["--env", "PositionOnlyCartPoleEasy"],
-                              "env": {"id": "PositionOnlyCartPoleEasy"}},
-    "BernoulliBandit-misc": {"example": _GYMNAX, "args": ["--env", "BernoulliBandit-misc"],
-                             "env": {"id": "BernoulliBandit-misc"}},
-    "MetaFrozenLake-4x4": {"example": "examples/00_meta_frozen_lake.py",
-                           "args": ["--lake_size", "4", "--k_episodes", "3", "--seq_model", "transformer"],
-                           "env": {"make.size": 4, "make.k_episodes": 3, "make.hard_mode": False},
-                           "notes": ["the example requires --seq_model and has no default: transformer, the "
-                                     "traj encoder every other example defaults to (and amago_app's)"]},
-    "MetaMaze-misc": {"example": _GYMNAX, "args": ["--env", "MetaMaze-misc"], "env": {"id": "MetaMaze-misc"}},
-    "DeepSea-bsuite": {"example": _GYMNAX, "args": ["--env", "DeepSea-bsuite"], "env": {"id": "DeepSea-bsuite"}},
-    "MountainCar-v0": {"example": _GYM, "args": ["--env", "MountainCar-v0"], "env": {"id": "MountainCar-v0"}},
-    "InvertedPendulum-v5": {"reason": "the original pins gymnasium<=0.29.1, whose MuJoCo InvertedPendulum goes up to "
-                                      "v4 only (v5, the suite's, came with gymnasium 1.0)"},
-    "MountainCarContinuous-v0": {"example": _GYM, "args": ["--env", "MountainCarContinuous-v0"],
-                                 "env": {"id": "MountainCarContinuous-v0"}},
-    "DiscountingChain-bsuite": {"example": _GYMNAX, "args": ["--env", "DiscountingChain-bsuite"],
-                                "env": {"id": "DiscountingChain-bsuite"}},
-    "TMazePassive-H100": {"example": "examples/04_tmaze.py", "args": ["--horizon", "100"], "env": {"horizon": 100},
-                          "notes": ["the example's T-maze logs only the return, not the suite's Success metric: "
-                                    "its final evaluations carry Return only"]},
-    "UmbrellaChain-bsuite": {"example": _GYMNAX, "args": ["--env", "UmbrellaChain-bsuite"],
-                             "env": {"id": "UmbrellaChain-bsuite"}},
-    "ImageMemory": {"reason": "the original has no image-memory env and no example for one (amago_app's "
-                              "env=image_memory is its own built-in)"},
-    "MiniGrid-MemoryS7-v0": {"reason": "the original has no MiniGrid example: its 01_basic_gym.py gives gym.make's "
-                                       "env to AMAGOEnv as it is, and MiniGrid's observation holds a text mission "
-                                       "the original's timestep encoders cannot take (amago_app's task drops it)"},
-}
-# The budget and process layout put over the Experiment keywords the example passes: the budget is amago_app's
-# for the task (--export-settings), one process per run as amago_app's suite runs (envs stepped in-process,
-# DataLoader without worker processes; a script whose envs are one batched env, as gymnax's, keeps its
-# already_vectorized mode), no checkpoints on disk (the final policy is evaluated in memory), no wandb.
-SUITE_BUDGET = {"trainer.epochs": "epochs", "trainer.train_timesteps_per_epoch": "train_timesteps_per_epoch",
-                "trainer.train_batches_per_epoch": "train_batches_per_epoch",
-                "env.parallel_actors": "parallel_actors", "trainer.val_interval": "val_interval"}
-SUITE_LAYOUT = {"env_mode": "sync", "dloader_workers": 0, "ckpt_interval": None, "log_to_wandb": False}
-
-
-_GPU_ONLY = {_GYMNAX: "the original's gymnax example runs only on a CUDA GPU (it places its envs on "
-                      "jax.devices('gpu') and the policy on torch.cuda.current_device()), and this machine has none"}
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
 
 def export_suite(amago_bench: str, split: str, tasks: str, overrides: list[str]) -> dict:
     """The suite tasks' composed settings from amago_app (`amago-bench --suite generalization --export-settings`);
     ValueError with amago-bench's one line."""
-    cmd = [*shlex.split(amago_bench), "--suite", "generalization", "--split", split, "--tasks", tasks,
-           "--export-settings", *(a for o in overrides for a in ("--override", o))]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        raise ValueError(f"--amago-bench {amago_bench!r}: cannot run it ({e.strerror}); give amago_app's "
-                         "amago-bench, e.g. /path/to/amago_app-venv/bin/amago-bench") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ValueError(f"amago-bench --suite generalization --export-settings: {last}")
-    return json.loads(done.stdout)
-
-
-def suite_job(task: str, exported: dict) -> dict:
-    """What the original is given for one suite task: the example, its arguments and the Experiment keywords
-    put over the script's (amago_app's budget for the task and the process layout)."""
-    entry = SUITE[task]
-    experiment = {SUITE_BUDGET[k]: v for k, v in exported["budget"].items()} | SUITE_LAYOUT
-    args = list(entry["args"])
-    if entry["example"] != "examples/00_meta_frozen_lake.py":  # the scripts on the original's common CLI
-        # also on the command line: the gymnax script builds its batch of envs from --parallel_actors itself
-        args += ["--parallel_actors", str(experiment["parallel_actors"])]
-    return {"example": entry["example"], "args": args, "experiment": experiment,
-            "episodes": exported["episodes"], "metric": exported["metric"]}
-
-
-def describe_suite(task: str, exported: dict, job: dict) -> dict:
-    """original.json of a suite run: what was run, how the final values were obtained, what differs."""
-    return {"task": task, "variant": "original", "amago_app": exported, "example": job["example"],
-            "args": job["args"], "experiment_keywords_put_over_the_script": job["experiment"],
-            "final_evaluation": "after the last epoch, the policy in memory (the final one) plays the task's "
-                                "episodes through the original's Experiment.evaluate_test(episodes=N), once with "
-                                "sample_actions_val=False (greedy: argmax / mean action) and once with True "
-                                "(sampled); what the example's own closing evaluate_test call would have run",
-            "differences": [*SUITE[task].get("notes", []),
-                            "validation: the example's own val_timesteps_per_epoch and action mode (the original's "
-                            "default samples); amago_app's defaults validate greedily on trainer.val_episodes",
-                            "attention: where the example asks for FlashAttention (a GPU build), the original's "
-                            "VanillaAttention runs instead when flash_attn is not installed: the same math, unfused "
-                            "(window_size, the one FlashAttention-only argument, is at its default: full context)",
-                            "one process per run (env_mode sync, no DataLoader workers), one torch thread; the "
-                            "example's defaults are async envs and several workers",
-                            "the original's torch.compile decorators are off (TORCHDYNAMO_DISABLE=1), as amago_app "
-                            "runs eagerly on CPU",
-                            "seeds: Python, NumPy and torch are seeded; the original's exploration draws from "
-                            "unseeded generators, so its runs do not repeat exactly"]}
+    return _amago_bench_json(amago_bench, ["--suite", "generalization", "--split", split, "--tasks", tasks],
+                             overrides, "amago-bench --suite generalization --export-settings")
 
 
 def _suite_main(args, checkout: Path) -> int:
     split = args.split or "tune"
     if split not in ("tune", "test", "all"):
         return _fail(f"--split {split!r}: choose tune (the default), test or all")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        seeds = []
+    seeds = parse_seeds(args.seeds)
     if not seeds:
         return _fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     try:
         exported = export_suite(args.amago_bench, split, args.tasks, args.override)
     except ValueError as e:
         return _fail(str(e))
-    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    jobs, cannot = [], []
-    cuda = _cuda()
+    commit = checkout_commit(checkout)
+    jobs = []
+    cuda = cuda_available()
     for task, settings in exported.items():
-        reason = SUITE[task].get("reason") or (None if cuda else _GPU_ONLY.get(SUITE[task]["example"]))
+        reason = SUITE[task].get("reason") or (None if cuda else GPU_ONLY.get(SUITE[task]["example"]))
         if reason:
-            cannot.append(task)
             print(f"compare_original: {task}: the original cannot run it: {reason}", file=sys.stderr)
             path = Path(args.out) / "runs" / task / "original" / "cannot_run.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,16 +238,11 @@ def _suite_main(args, checkout: Path) -> int:
                                 f"--tasks {task} --seeds {seed}", *(f"--override {o}" for o in args.override)])
             info = describe_suite(task, settings, spec) | {
                 "overrides": args.override, "seed": seed, "checkout": str(checkout.resolve()),
-                "commit": commit.stdout.strip() or None}
+                "commit": commit}
             jobs.append(spec | {"amago": str(checkout.resolve()), "task": task, "row": task, "variant": "original",
                                 "seed": seed, "run_dir": str(run_dir.resolve()), "describe": info,
                                 "command": command, "torch_compile": args.torch_compile, "suite": True})
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        outcomes = list(pool.map(_run_child, jobs))
-    failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
-    for j, o in failed:
-        print(f"compare_original: {j['task']} seed {j['seed']} exited {o['returncode']}: see "
-              f"{j['run_dir']}/original.log", file=sys.stderr)
+    failed = run_jobs(jobs, args.jobs, lambda j: f"{j['task']} seed {j['seed']}")
     print(f"report: amago-bench --suite generalization --split {split} --tasks {args.tasks} --seeds {args.seeds} "
           f"--report-only --out {args.out}")
     return 1 if failed else 0
@@ -371,8 +255,14 @@ def export_settings(amago_bench: str, rows: list[str], scale: float, overrides: 
     """The rows' composed settings from amago_app (`amago-bench --export-settings`): per row its `bench:` block
     and the settings of each variant ("memory": the preset, "ff": its memory-free baseline), at the scaled budget
     and with the overrides, exactly as amago-bench runs them. ValueError with amago-bench's one line."""
-    cmd = [*shlex.split(amago_bench), "--export-settings", "--tasks", ",".join(rows),
-           "--budget-scale", repr(scale), *(a for o in overrides for a in ("--override", o))]
+    return _amago_bench_json(amago_bench, ["--tasks", ",".join(rows), "--budget-scale", repr(scale)], overrides,
+                             "amago-bench --export-settings")
+
+
+def _amago_bench_json(amago_bench: str, selection: list[str], overrides: list[str], what: str) -> dict:
+    """`amago-bench <selection> --export-settings [--override ...]`, its JSON; ValueError with its one line."""
+    cmd = [*shlex.split(amago_bench), *selection, "--export-settings",
+           *(a for o in overrides for a in ("--override", o))]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as e:
@@ -380,7 +270,7 @@ def export_settings(amago_bench: str, rows: list[str], scale: float, overrides: 
                          "amago-bench, e.g. /path/to/amago_app-venv/bin/amago-bench") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ValueError(f"amago-bench --export-settings: {last}")
+        raise ValueError(f"{what}: {last}")
     return json.loads(done.stdout)
 
 
@@ -519,6 +409,31 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def checkout_commit(checkout: Path) -> str | None:
+    """The original checkout's commit (None where it is not a git checkout)."""
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`0,1,2` -> [0, 1, 2]; [] when it is not a comma-separated list of integers."""
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        return []
+
+
+def run_jobs(jobs: list[dict], parallel: int, name) -> int:
+    """Run the jobs, `parallel` at a time; one line per failed job (`name(job)` says which); how many failed."""
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        outcomes = list(pool.map(_run_child, jobs))
+    failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
+    for j, o in failed:
+        print(f"compare_original: {name(j)} exited {o['returncode']}: see {j['run_dir']}/original.log",
+              file=sys.stderr)
+    return len(failed)
+
+
 def _fail(msg: str) -> int:
     print(f"compare_original: {msg}", file=sys.stderr)
     return 2
@@ -578,10 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not rows:
         return _fail(f"--rows {args.rows!r}: unknown row {', '.join(unknown) or '(none)'}; choose from "
                      f"{', '.join(ORIGINAL_ROWS)}")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        seeds = []
+    seeds = parse_seeds(args.seeds)
     if not seeds:
         return _fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -600,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         exported = export_settings(args.amago_bench, rows, args.budget_scale, args.override)
     except ValueError as e:
         return _fail(f"--rows {','.join(rows)}: {e}")
-    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    commit = checkout_commit(checkout)
     jobs = []
     for row in rows:
         for variant in variants:
@@ -612,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir = Path(args.out) / "runs" / row / variant / f"seed{seed}"
                 info = describe(row, memory_free, settings, args.torch_compile) | {
                     "overrides": args.override, "seed": seed, "budget_scale": args.budget_scale,
-                    "checkout": str(checkout.resolve()), "commit": commit.stdout.strip() or None}
+                    "checkout": str(checkout.resolve()), "commit": commit}
                 command = " ".join([f"compare_original.py --amago {checkout} --rows {row} --variants {variant} "
                                     f"--seeds {seed} --budget-scale {args.budget_scale}",
                                     *(f"--override {o}" for o in args.override)])
@@ -621,12 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                              "rollout_len": ORIGINAL_ROWS[row]["rollout_len"], "command": command,
                              "torch_compile": args.torch_compile,
                              "validate_distribution_args": ORIGINAL_ROWS[row].get("validate_distribution_args", True)})
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        outcomes = list(pool.map(_run_child, jobs))
-    failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
-    for j, o in failed:
-        print(f"compare_original: {j['row']} {j['variant']} seed {j['seed']} exited {o['returncode']}: see "
-              f"{j['run_dir']}/original.log", file=sys.stderr)
+    failed = run_jobs(jobs, args.jobs, lambda j: f"{j['row']} {j['variant']} seed {j['seed']}")
     print(f"report: amago-bench --tasks {','.join(rows)} --report-only --out {args.out}")
     return 1 if failed else 0
 
