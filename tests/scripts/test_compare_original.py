@@ -122,6 +122,8 @@ PYTHON = os.environ.get("AMAGO_ORIGINAL_PYTHON")
 @pytest.mark.skipif(not (CHECKOUT and PYTHON), reason="needs AMAGO_ORIGINAL_CHECKOUT (a checkout of the original "
                     "AMAGO) and AMAGO_ORIGINAL_PYTHON (a Python with its dependencies)")
 def test_a_tiny_run_of_the_original_is_reported_next_to_amago_app(tmp_path):
+    from conftest import compose_config
+
     from amago_app.cli.bench import main
 
     out = tmp_path / "bench"
