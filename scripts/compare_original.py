@@ -29,9 +29,9 @@ with the original's Python and calls amago_app's `amago-bench` (`--amago-bench`,
         --amago-bench /path/to/amago_app-venv/bin/amago-bench \\
         --rows tmaze_h50,cartpole --seeds 0,1 --out bench [--budget-scale 0.1] [--jobs 2]
 
-`--suite generalization` runs amago-bench's task suite instead (scripts/original_suite.py): each task through the original's
-own example script for that kind of env, at the script's defaults, with amago_app's budget for the task, then
-the final policy evaluated greedy and sampled into eval/final-<mode>.json, read by `amago-bench --suite
+`--suite generalization` runs amago-bench's task suite instead (scripts/original_suite.py): each task through
+the original's own example script for that kind of env, at the script's defaults, with amago_app's budget for the
+task, then the final policy evaluated greedy and sampled into eval/final-<mode>.json, read by `amago-bench --suite
 generalization --report-only`:
 
     /path/to/original-venv/bin/python scripts/compare_original.py --amago /path/to/amago \\

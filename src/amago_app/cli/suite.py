@@ -255,23 +255,24 @@ def _original_seeds(task: SuiteTask, out: Path, seeds: list[int]) -> dict:
 def task_result(bench: ModuleType, task: SuiteTask, out: Path, seeds: list[int], extra: list[str]) -> dict:
     per_seed = {str(s): seed_result(bench, task, out / "runs" / task.name / VARIANT / f"seed{s}") for s in seeds}
     original = {s: seed_result(bench, task, d) for s, d in _original_seeds(task, out, seeds).items()}
-    over = {}
-    for mode in MODES:
-        means = [r["final"][mode]["mean"] for r in per_seed.values() if mode in r["final"]]
-        if means:
-            over[mode] = _stats(means)
-    walls = [r["train_seconds"] for r in per_seed.values() if r["train_seconds"] is not None]
-    cpus = [r["cpu_seconds"] for r in per_seed.values() if r["cpu_seconds"] is not None]
-    result = {"task": task.name, **asdict(task), "overrides": list(extra), "seeds": per_seed, "over_seeds": over,
-              "mean_train_seconds": sum(walls) / len(walls) if walls else None,
-              "mean_cpu_seconds": sum(cpus) / len(cpus) if cpus else None}
+    result = {"task": task.name, **asdict(task), "overrides": list(extra), **over_seeds(per_seed)}
     cannot = _read_json(out / "runs" / task.name / ORIGINAL / "cannot_run.json")
     if cannot and cannot.get("reason"):  # written by compare_original.py for a task the original cannot run
         result["original_cannot_run"] = str(cannot["reason"])
     if original:
-        means = {m: [r["final"][m]["mean"] for r in original.values() if m in r["final"]] for m in MODES}
-        result["original"] = {"seeds": original, "over_seeds": {m: _stats(v) for m, v in means.items() if v}}
+        result["original"] = over_seeds(original)
     return result
+
+
+def over_seeds(per_seed: dict[str, dict]) -> dict:
+    """One side's seeds of a task and what the table shows over them: per mode the mean of the seeds' final means
+    with its interval, and the mean wall and CPU seconds of a training run."""
+    means = {m: [r["final"][m]["mean"] for r in per_seed.values() if m in r["final"]] for m in MODES}
+    walls = [r["train_seconds"] for r in per_seed.values() if r["train_seconds"] is not None]
+    cpus = [r["cpu_seconds"] for r in per_seed.values() if r["cpu_seconds"] is not None]
+    return {"seeds": per_seed, "over_seeds": {m: _stats(v) for m, v in means.items() if v},
+            "mean_train_seconds": sum(walls) / len(walls) if walls else None,
+            "mean_cpu_seconds": sum(cpus) / len(cpus) if cpus else None}
 
 
 def _fmt(x) -> str:
@@ -286,6 +287,12 @@ def _pm(s: dict | None) -> str:
     return _fmt(s["mean"]) + ("" if s.get("ci95_halfwidth") is None else f" ± {_fmt(s['ci95_halfwidth'])}")
 
 
+def _time_cell(block: dict) -> str:
+    """`wall (CPU)` minutes per training run of one side of a task."""
+    wall, cpu = block["mean_train_seconds"], block["mean_cpu_seconds"]
+    return "-" if wall is None else f"{wall / 60:.1f} ({'-' if cpu is None else f'{cpu / 60:.1f}'})"
+
+
 def markdown_table(results: list[dict]) -> str:
     lines = ["| task | family | split | final greedy, per seed (mean ± 95% CI) | final sampled, per seed "
              "(mean ± 95% CI) | mean over seeds: greedy; sampled (± 95% CI over seeds) | metric (episodes) | "
@@ -296,11 +303,9 @@ def markdown_table(results: list[dict]) -> str:
         per_mode = {m: " / ".join(_pm(v["final"].get(m)) for v in ran.values()) or "not yet run" for m in MODES}
         over = f"{_pm(r['over_seeds'].get('greedy'))}; {_pm(r['over_seeds'].get('sampled'))}"
         seeds = f" (seeds {', '.join(ran)})" if ran else ""
-        wall, cpu = r["mean_train_seconds"], r["mean_cpu_seconds"]
-        time_cell = "-" if wall is None else f"{wall / 60:.1f} ({'-' if cpu is None else f'{cpu / 60:.1f}'})"
         lines.append(f"| {r['name']} | {r['family']} | {r['split']} | {per_mode['greedy']} | {per_mode['sampled']} | "
                      f"{over}{seeds} | {r['metric']} ({r['episodes']}) | {_fmt(r['memory_free'])} / "
-                     f"{_fmt(r['possible'])} | {time_cell} |")
+                     f"{_fmt(r['possible'])} | {_time_cell(r)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -327,12 +332,8 @@ def original_table(results: list[dict]) -> str:
             cells = {m: " / ".join(f"{_pm(v['final'].get(m))} (seed {s})" for s, v in ran.items()) or "not yet run"
                      for m in MODES}
             over = f"{_pm(block['over_seeds'].get('greedy'))}; {_pm(block['over_seeds'].get('sampled'))}"
-            walls = [v["train_seconds"] for v in ran.values() if v["train_seconds"] is not None]
-            cpus = [v["cpu_seconds"] for v in ran.values() if v["cpu_seconds"] is not None]
-            time_cell = ("-" if not walls else f"{sum(walls) / len(walls) / 60:.1f} "
-                         f"({'-' if not cpus else f'{sum(cpus) / len(cpus) / 60:.1f}'})")
             lines.append(f"| {r['name']} | {r['split']} | {r['metric']} ({r['episodes']}) | {side} | {cells['greedy']} "
-                         f"| {cells['sampled']} | {over} | {time_cell} |")
+                         f"| {cells['sampled']} | {over} | {_time_cell(block)} |")
     return "\n".join(lines) + "\n"
 
 
