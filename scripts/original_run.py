@@ -123,6 +123,20 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def append_metrics(experiment, path: Path, section: str, values: dict, epoch) -> None:
+    """One line of amago_app's metrics format for the original's Experiment (its x axes, its scalar metrics as
+    `<section>/<name>`), appended to `path`; `experiment._started` is when its training began."""
+    record = {"total_frames": int(experiment.x_axis_metrics().get("total_frames", 0)), "epoch": epoch,
+              "gradient_steps": int(experiment.grad_update_counter),
+              "wall_time": round(time.time() - experiment._started, 3)}
+    for k, v in values.items():
+        v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+        if isinstance(v, (int, float)):
+            record[f"{section}/{k}"] = float(v)
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 def run_one(job: dict, translate) -> None:
     """One seed of one row, in this process (the parent measures its CPU time); `translate`: compare_original's,
     settings -> the original's gin bindings, Experiment keywords and classes."""
@@ -170,15 +184,7 @@ def run_one(job: dict, translate) -> None:
         (the configured one as `val`), the update metrics, and a last validation after the last epoch."""
 
         def _record(self, section: str, values: dict) -> None:
-            record = {"total_frames": int(self.x_axis_metrics().get("total_frames", 0)), "epoch": self._epoch,
-                      "gradient_steps": int(self.grad_update_counter),
-                      "wall_time": round(time.time() - self._started, 3)}
-            for k, v in values.items():
-                v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
-                if isinstance(v, (int, float)):
-                    record[f"{section}/{k}"] = float(v)
-            with open(metrics / f"{section}.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+            append_metrics(self, metrics / f"{section}.jsonl", section, values, self._epoch)
 
         def log(self, metrics_dict, key):
             super().log(metrics_dict, key)
@@ -287,17 +293,8 @@ def run_example(job: dict) -> None:
 
     def recording_log(self, metrics_dict, key):
         log(self, metrics_dict, key)
-        if key != "val":
-            return
-        record = {"total_frames": int(self.x_axis_metrics().get("total_frames", 0)),
-                  "epoch": getattr(self, "epoch", None),
-                  "gradient_steps": int(self.grad_update_counter), "wall_time": round(time.time() - self._started, 3)}
-        for k, v in metrics_dict.items():
-            v = v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
-            if isinstance(v, (int, float)):
-                record[f"val/{k}"] = float(v)
-        with open(metrics / "val.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        if key == "val":
+            append_metrics(self, metrics / "val.jsonl", "val", metrics_dict, getattr(self, "epoch", None))
 
     def final_evaluation(self, make_test_env, timesteps, *args, **kwargs):
         captured = {}
