@@ -38,8 +38,9 @@ generalization --report-only`:
         --amago-bench /path/to/amago_app-venv/bin/amago-bench --suite generalization --split test \\
         --tasks RepeatFirstEasy --seeds 0 --out bench/generalization
 
-This file imports only the standard library (and scripts/speed_common.py, which does too) at the top, so
-amago_app's tests can load it and check the translation against the composed presets.
+This file imports only the standard library (and its neighbours in scripts/, which do too: original_jobs.py runs
+the jobs, original_run.py is what runs inside one, original_suite.py is the suite mode) at the top, so amago_app's
+tests can load it and check the translation against the composed presets.
 """
 
 from __future__ import annotations
@@ -47,18 +48,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shlex
-import shutil
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from original_run import gin_name, load_class, run_example, run_one
-from original_suite import GPU_ONLY, SUITE, SUITE_LAYOUT, cuda_available, describe_suite, suite_job  # noqa: F401
-from speed_common import NATIVE_BF16_FLAGS, cpu_flags, cpu_name
+from original_jobs import amago_bench_json, checkout_commit, fail, parse_seeds, run_jobs
+from original_suite import SUITE, SUITE_LAYOUT, export_suite, suite_job, suite_main  # noqa: F401
+from speed_common import NATIVE_BF16_FLAGS, cpu_flags
 
 # --- what the original needs besides the settings ------------------------------------------------------------
 # The rows this script can run. `rollout_len`: steps of one episode (meta-rollout) of the row's env in the
@@ -202,76 +199,12 @@ CLASSES = {
 }
 
 
-def export_suite(amago_bench: str, split: str, tasks: str, overrides: list[str]) -> dict:
-    """The suite tasks' composed settings from amago_app (`amago-bench --suite generalization --export-settings`);
-    ValueError with amago-bench's one line."""
-    return _amago_bench_json(amago_bench, ["--suite", "generalization", "--split", split, "--tasks", tasks],
-                             overrides, "amago-bench --suite generalization --export-settings")
-
-
-def _suite_main(args, checkout: Path) -> int:
-    split = args.split or "tune"
-    if split not in ("tune", "test", "all"):
-        return _fail(f"--split {split!r}: choose tune (the default), test or all")
-    seeds = parse_seeds(args.seeds)
-    if not seeds:
-        return _fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
-    try:
-        exported = export_suite(args.amago_bench, split, args.tasks, args.override)
-    except ValueError as e:
-        return _fail(str(e))
-    commit = checkout_commit(checkout)
-    jobs = []
-    cuda = cuda_available()
-    for task, settings in exported.items():
-        reason = SUITE[task].get("reason") or (None if cuda else GPU_ONLY.get(SUITE[task]["example"]))
-        if reason:
-            print(f"compare_original: {task}: the original cannot run it: {reason}", file=sys.stderr)
-            path = Path(args.out) / "runs" / task / "original" / "cannot_run.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"task": task, "reason": reason}, indent=1))
-            continue
-        spec = suite_job(task, settings)
-        for seed in seeds:
-            run_dir = Path(args.out) / "runs" / task / "original" / f"seed{seed}"
-            command = " ".join([f"compare_original.py --amago {checkout} --suite generalization --split {split} "
-                                f"--tasks {task} --seeds {seed}", *(f"--override {o}" for o in args.override)])
-            info = describe_suite(task, settings, spec) | {
-                "overrides": args.override, "seed": seed, "checkout": str(checkout.resolve()),
-                "commit": commit}
-            jobs.append(spec | {"amago": str(checkout.resolve()), "task": task, "row": task, "variant": "original",
-                                "seed": seed, "run_dir": str(run_dir.resolve()), "describe": info,
-                                "command": command, "torch_compile": args.torch_compile, "suite": True})
-    failed = run_jobs(jobs, args.jobs, lambda j: f"{j['task']} seed {j['seed']}")
-    print(f"report: amago-bench --suite generalization --split {split} --tasks {args.tasks} --seeds {args.seeds} "
-          f"--report-only --out {args.out}")
-    return 1 if failed else 0
-
-
-# Config keys that do not change what is learned (logging, checkpoints, threads, process layout, names) or that
-# the composed presets leave at values these runs never reach; the test checks every other key is in the table.
-
 def export_settings(amago_bench: str, rows: list[str], scale: float, overrides: list[str]) -> dict:
     """The rows' composed settings from amago_app (`amago-bench --export-settings`): per row its `bench:` block
     and the settings of each variant ("memory": the preset, "ff": its memory-free baseline), at the scaled budget
     and with the overrides, exactly as amago-bench runs them. ValueError with amago-bench's one line."""
-    return _amago_bench_json(amago_bench, ["--tasks", ",".join(rows), "--budget-scale", repr(scale)], overrides,
+    return amago_bench_json(amago_bench, ["--tasks", ",".join(rows), "--budget-scale", repr(scale)], overrides,
                              "amago-bench --export-settings")
-
-
-def _amago_bench_json(amago_bench: str, selection: list[str], overrides: list[str], what: str) -> dict:
-    """`amago-bench <selection> --export-settings [--override ...]`, its JSON; ValueError with its one line."""
-    cmd = [*shlex.split(amago_bench), *selection, "--export-settings",
-           *(a for o in overrides for a in ("--override", o))]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        raise ValueError(f"--amago-bench {amago_bench!r}: cannot run it ({e.strerror}); give amago_app's "
-                         "amago-bench, e.g. /path/to/amago_app-venv/bin/amago-bench") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise ValueError(f"{what}: {last}")
-    return json.loads(done.stdout)
 
 
 def cpu_precision(cpuinfo: str | None = None) -> str:
@@ -409,70 +342,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def checkout_commit(checkout: Path) -> str | None:
-    """The original checkout's commit (None where it is not a git checkout)."""
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or None
-
-
-def parse_seeds(text: str) -> list[int]:
-    """`0,1,2` -> [0, 1, 2]; [] when it is not a comma-separated list of integers."""
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        return []
-
-
-def run_jobs(jobs: list[dict], parallel: int, name) -> int:
-    """Run the jobs, `parallel` at a time; one line per failed job (`name(job)` says which); how many failed."""
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        outcomes = list(pool.map(_run_child, jobs))
-    failed = [(j, o) for j, o in zip(jobs, outcomes) if o["returncode"] != 0]
-    for j, o in failed:
-        print(f"compare_original: {name(j)} exited {o['returncode']}: see {j['run_dir']}/original.log",
-              file=sys.stderr)
-    return len(failed)
-
-
-def _fail(msg: str) -> int:
-    print(f"compare_original: {msg}", file=sys.stderr)
-    return 2
-
-
-def _run_child(job: dict) -> dict:
-    """One run as a child process; its CPU seconds from wait4, its outcome in bench_done.json."""
-    run_dir = Path(job["run_dir"])
-    done = run_dir / "bench_done.json"
-    if done.is_file():
-        return json.loads(done.read_text())
-    if run_dir.exists():  # an unfinished earlier attempt: start clean so its metrics are not appended to
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    (run_dir / "original.json").write_text(json.dumps(job["describe"], indent=1))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1",
-           "WANDB_MODE": "disabled"}
-    if not job["torch_compile"]:  # the original decorates its networks with torch.compile (see --torch-compile)
-        env["TORCHDYNAMO_DISABLE"] = "1"
-    print(f"start  {job['row']} {job['variant']} seed {job['seed']}", flush=True)
-    if job.get("suite"):  # the example's run directory: its replay buffer and checkpoints, removed at the end
-        job["args"] = [*job["args"], "--run_name", "run", "--buffer_dir", str(run_dir / "original_run"),
-                       *(["--no_log"] if job["example"] != "examples/00_meta_frozen_lake.py" else [])]
-    start = time.perf_counter()
-    with open(run_dir / "original.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, __file__, "--amago", job["amago"], "--one", json.dumps(job)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-    rc = os.waitstatus_to_exitcode(status)
-    outcome = {"returncode": rc, "process_seconds": round(time.perf_counter() - start, 1),
-               "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1), "command": job["command"],
-               "cpu_model": cpu_name()}
-    if rc == 0:
-        done.write_text(json.dumps(outcome, indent=1))
-    print(f"finish {job['row']} {job['variant']} seed {job['seed']}: exit {rc} after "
-          f"{outcome['process_seconds']:.0f} s", flush=True)
-    return outcome
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     checkout = Path(args.amago).expanduser()
@@ -482,36 +351,36 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.suite is not None or args.split is not None:
         if args.suite != "generalization":
-            return _fail(f"--suite {args.suite!r}: unknown suite; choose from generalization")
+            return fail(f"--suite {args.suite!r}: unknown suite; choose from generalization")
         if args.jobs < 1:
-            return _fail(f"--jobs ({args.jobs}) must be >= 1")
+            return fail(f"--jobs ({args.jobs}) must be >= 1")
         if not (checkout / "amago" / "__init__.py").is_file():
-            return _fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
-        return _suite_main(args, checkout)
+            return fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
+        return suite_main(args, checkout)
     rows = list(ORIGINAL_ROWS) if args.rows == "all" else [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ORIGINAL_ROWS]
     if unknown or not rows:
-        return _fail(f"--rows {args.rows!r}: unknown row {', '.join(unknown) or '(none)'}; choose from "
+        return fail(f"--rows {args.rows!r}: unknown row {', '.join(unknown) or '(none)'}; choose from "
                      f"{', '.join(ORIGINAL_ROWS)}")
     seeds = parse_seeds(args.seeds)
     if not seeds:
-        return _fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+        return fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not variants or set(variants) - {"original", "original-memoryfree"}:
-        return _fail(f"--variants {args.variants!r}: choose original and/or original-memoryfree")
+        return fail(f"--variants {args.variants!r}: choose original and/or original-memoryfree")
     if args.jobs < 1 or not args.budget_scale > 0:
-        return _fail(f"--jobs ({args.jobs}) must be >= 1 and --budget-scale ({args.budget_scale}) > 0")
+        return fail(f"--jobs ({args.jobs}) must be >= 1 and --budget-scale ({args.budget_scale}) > 0")
     if not (checkout / "amago" / "__init__.py").is_file():
-        return _fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
+        return fail(f"--amago {args.amago!r}: not a checkout of the original AMAGO (no amago/__init__.py in it)")
     probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(checkout)!r}); import amago"],
                            capture_output=True, text=True)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        return _fail(f"--amago {args.amago!r}: this Python ({sys.executable}) cannot import it: {last}")
+        return fail(f"--amago {args.amago!r}: this Python ({sys.executable}) cannot import it: {last}")
     try:
         exported = export_settings(args.amago_bench, rows, args.budget_scale, args.override)
     except ValueError as e:
-        return _fail(f"--rows {','.join(rows)}: {e}")
+        return fail(f"--rows {','.join(rows)}: {e}")
     commit = checkout_commit(checkout)
     jobs = []
     for row in rows:

@@ -1,8 +1,14 @@
 """The generalization suite through the original AMAGO, for scripts/compare_original.py `--suite generalization`:
 which example script of the original stands for each suite task (at its defaults), what it is given (amago_app's
-budget for the task), and what its run directory's original.json says. Only the standard library is imported."""
+budget for the task), and what its run directory's original.json says. Only the standard library is imported (and scripts/original_jobs.py, which imports only it)."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from original_jobs import amago_bench_json, checkout_commit, fail, parse_seeds, run_jobs
 
 # Each suite task (amago_app's cli/suite.py) as a user of the original starts such an env: the example script its
 # README points to for that kind of env, with the env chosen on its command line and every other argument at the
@@ -101,3 +107,51 @@ def describe_suite(task: str, exported: dict, job: dict) -> dict:
                             "runs eagerly on CPU",
                             "seeds: Python, NumPy and torch are seeded; the original's exploration draws from "
                             "unseeded generators, so its runs do not repeat exactly"]}
+
+
+def export_suite(amago_bench: str, split: str, tasks: str, overrides: list[str]) -> dict:
+    """The suite tasks' composed settings from amago_app (`amago-bench --suite generalization --export-settings`);
+    ValueError with amago-bench's one line."""
+    return amago_bench_json(amago_bench, ["--suite", "generalization", "--split", split, "--tasks", tasks],
+                             overrides, "amago-bench --suite generalization --export-settings")
+
+
+def suite_main(args, checkout: Path) -> int:
+    """compare_original.py --suite generalization: the original's example script for each task of --split, the
+    tasks it cannot run recorded with the reason (cannot_run.json)."""
+    split = args.split or "tune"
+    if split not in ("tune", "test", "all"):
+        return fail(f"--split {split!r}: choose tune (the default), test or all")
+    seeds = parse_seeds(args.seeds)
+    if not seeds:
+        return fail(f"--seeds {args.seeds!r}: give comma-separated integers, e.g. 0,1,2")
+    try:
+        exported = export_suite(args.amago_bench, split, args.tasks, args.override)
+    except ValueError as e:
+        return fail(str(e))
+    commit = checkout_commit(checkout)
+    jobs = []
+    cuda = cuda_available()
+    for task, settings in exported.items():
+        reason = SUITE[task].get("reason") or (None if cuda else GPU_ONLY.get(SUITE[task]["example"]))
+        if reason:
+            print(f"compare_original: {task}: the original cannot run it: {reason}", file=sys.stderr)
+            path = Path(args.out) / "runs" / task / "original" / "cannot_run.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"task": task, "reason": reason}, indent=1))
+            continue
+        spec = suite_job(task, settings)
+        for seed in seeds:
+            run_dir = Path(args.out) / "runs" / task / "original" / f"seed{seed}"
+            command = " ".join([f"compare_original.py --amago {checkout} --suite generalization --split {split} "
+                                f"--tasks {task} --seeds {seed}", *(f"--override {o}" for o in args.override)])
+            info = describe_suite(task, settings, spec) | {
+                "overrides": args.override, "seed": seed, "checkout": str(checkout.resolve()),
+                "commit": commit}
+            jobs.append(spec | {"amago": str(checkout.resolve()), "task": task, "row": task, "variant": "original",
+                                "seed": seed, "run_dir": str(run_dir.resolve()), "describe": info,
+                                "command": command, "torch_compile": args.torch_compile, "suite": True})
+    failed = run_jobs(jobs, args.jobs, lambda j: f"{j['task']} seed {j['seed']}")
+    print(f"report: amago-bench --suite generalization --split {split} --tasks {args.tasks} --seeds {args.seeds} "
+          f"--report-only --out {args.out}")
+    return 1 if failed else 0

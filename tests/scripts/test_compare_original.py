@@ -19,7 +19,7 @@ import pytest
 from amago_app.cli import bench_rows
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_original.py"
-sys.path.insert(0, str(SCRIPT.parent))  # its stdlib-only helper modules, scripts/speed_common.py and original_run.py
+sys.path.insert(0, str(SCRIPT.parent))  # its stdlib-only helper modules (scripts/speed_common.py, original_*.py)
 AMAGO_BENCH = f"{sys.executable} -m amago_app.cli.bench"
 
 
@@ -51,7 +51,7 @@ def test_every_setting_has_a_place_in_the_original(script, exported):
 def test_no_row_setting_is_written_in_the_scripts(script):
     """The values come from the composed presets only: neither script file assigns a value to a config key."""
     key = r"(?:env|agent|trainer|buffer|exploration|tstep_encoder|traj_encoder)\.[\w.]+|max_seq_len"
-    for path in (SCRIPT, SCRIPT.parent / "original_run.py"):
+    for path in (SCRIPT, *(SCRIPT.parent / f"original_{m}.py" for m in ("run", "jobs", "suite"))):
         found = re.findall(rf'"(?:{key})":\s*(?:-?[\d.]|True|False|None|\[|\{{)', path.read_text())
         assert not found, f"{path.name} writes settings of its own: {found[:5]}"
     assert set(script.ORIGINAL_ROWS) <= set(bench_rows.row_names())
