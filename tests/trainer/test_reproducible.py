@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from amago_app.logging.metrics import read_jsonl
@@ -64,12 +65,14 @@ def _killed_run(tmp_path, cfg, crash_at, name):
     return run_dir
 
 
-def test_killed_and_resumed_online_run_equals_a_straight_run(tmp_path):
+@pytest.mark.parametrize("buffer", ["disk", "shards"])
+def test_killed_and_resumed_online_run_equals_a_straight_run(tmp_path, buffer):
     """Online, with a real kill -9: the first run dies in epoch 2's first update (after the epoch-1 checkpoint,
-    with buffer files and metric rows written after it); the resumed run equals a straight one bit for bit.
-    The actors' envs, hidden states (KV cache), unfinished trajectories, exploration and RNGs continue
+    with buffer files (or shard rows) and metric rows written after it); the resumed run equals a straight one
+    bit for bit. The actors' envs, hidden states (KV cache), unfinished trajectories, exploration and RNGs continue
     mid-episode (env.horizon=7 with 8 steps per epoch: episodes straddle every checkpoint)."""
-    cfg = ["seed=3", "trainer.threads=1", "trainer.ckpt_interval=1", "env.horizon=7", "trainer.epochs=4"]
+    cfg = ["seed=3", "trainer.threads=1", "trainer.ckpt_interval=1", "env.horizon=7", "trainer.epochs=4",
+           f"buffer={buffer}"]
     train(compose_config(cfg), tmp_path / "straight")
     split = _killed_run(tmp_path, cfg, "update:7", "split")
     assert Checkpoints(split).saved_epochs() == [0, 1]

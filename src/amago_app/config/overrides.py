@@ -134,7 +134,8 @@ def _schema_of(section: str, node) -> type | None:
     if section == "logger":
         return schema.LoggerConfig
     if section == "buffer":
-        return schema.MixtureBufferConfig if node.get("kind") == "mixture" else schema.BufferConfig
+        return {"mixture": schema.MixtureBufferConfig, "shards": schema.ShardBufferConfig}.get(
+            node.get("kind"), schema.BufferConfig)
     target = node._get_node("_target_")._value() if "_target_" in node else None
     for options in (schema.SCHEMAS.get(section) or {}).values():
         if getattr(options, "_target_", None) == target:

@@ -14,7 +14,8 @@ import dataclasses
 
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-from amago_app.config.schema import BufferConfig, Config, EnvConfig, LoggerConfig, MixtureBufferConfig, TrainerConfig
+from amago_app.config.schema import (BufferConfig, Config, EnvConfig, LoggerConfig, MixtureBufferConfig,
+                                     ShardBufferConfig, TrainerConfig)
 
 #: the config's sections that have one schema each (the root's own keys: ""); the other groups configure
 #: components, whose missing keys take their constructors' defaults
@@ -61,8 +62,8 @@ def add_missing_keys(cfg: DictConfig) -> None:
     """Give every key of the sections' schemas that `cfg` lacks its schema default."""
     for section, schema in SECTIONS.items():
         node = cfg[section] if section else cfg
-        if schema is BufferConfig and node.get("kind") == "mixture":
-            schema = MixtureBufferConfig
+        if schema is BufferConfig and node.get("kind") in ("mixture", "shards"):
+            schema = MixtureBufferConfig if node.get("kind") == "mixture" else ShardBufferConfig
         for f in dataclasses.fields(schema):
             if f.name in node:
                 continue

@@ -425,7 +425,7 @@ class BilevelEpsilonGreedyConfig:
 
 
 # --- buffer -----------------------------------------------------------------------------------------------
-BUFFER_KINDS = ("disk", "mixture", "none")
+BUFFER_KINDS = ("disk", "shards", "mixture", "none")
 
 
 @dataclass
@@ -474,6 +474,17 @@ class BufferConfig:
     """Processes that make training batches (0 = the loader thread above). Each reads and decodes files on its own
     core, which is what a buffer of many files needs to feed a fast learner (docs/scaling.md); batches are then
     drawn from one RNG per batch, so a run's batches depend on whether this is 0, not on how many."""
+
+
+@dataclass
+class ShardBufferConfig(BufferConfig):
+    """buffer=shards: the replay buffer as large memory-mapped shards (amago_app.data.shards) instead of one file
+    per trajectory; a draw is an index look-up and array views, not a file decode (docs/scaling.md)."""
+
+    kind: str = "shards"
+    shard_steps: int = 2**20
+    """Timesteps per shard. Trimming at max_size (still counted in trajectories) retires whole shards, so the
+    buffer holds between max_size trajectories and max_size plus one shard's worth."""
 
 
 @dataclass
@@ -662,7 +673,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                               "leaky_relu": LeakyReluFilterConfig},
     "exploration": {"none": NoExplorationConfig, "egreedy": EpsilonGreedyConfig,
                     "corridor": CorridorEpsilonGreedyConfig, "bilevel": BilevelEpsilonGreedyConfig},
-    "buffer": {"buffer": BufferConfig, "mixture": MixtureBufferConfig},
+    "buffer": {"buffer": BufferConfig, "shards": ShardBufferConfig, "mixture": MixtureBufferConfig},
     "trainer": {"trainer": TrainerConfig},
     "logger": {"logger": LoggerConfig},
 }

@@ -84,6 +84,7 @@ SAVED_RUN_COMPONENTS = frozenset({
     f"{_P}.interaction.exploration.CorridorEpsilonGreedy",
     # buffers and relabelers (buffer.datasets.<name>.dataset, buffer.relabeler)
     f"{_P}.data.buffer.DiskBuffer",
+    f"{_P}.data.shards.ShardBuffer",
     f"{_P}.data.relabel.HindsightInstructionRelabeler",
 })
 

@@ -180,6 +180,23 @@ def draw_trajectory(buffer: Buffer, rng: np.random.Generator,
     return buffer.sample_random_trajectory(rng, weight=weight)
 
 
+def open_buffer_dir(root: str | os.PathLike, name: str, max_size: int, read_only: bool,
+                    parts: tuple[str, ...], must_exist: str = ".") -> Path:
+    """`{root}/{name}/buffer`, checked the same way for every on-disk buffer (`DiskBuffer`, data/shards.py's
+    `ShardBuffer`): a capacity of at least one trajectory; a read-only buffer must exist already (its `must_exist`
+    part), a writable one gets its `parts` made."""
+    if max_size < 1:
+        raise ValueError(f"buffer max_size must be >= 1, got {max_size}")
+    directory = Path(root) / name / "buffer"
+    if read_only:
+        if not (directory / must_exist).is_dir():
+            raise FileNotFoundError(f"read-only buffer {directory / must_exist} does not exist")
+    else:
+        for part in parts:
+            (directory / part).mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 class NoBuffer(Buffer):
     """Never ready and saves nothing: evaluation-only experiments."""
 
@@ -224,22 +241,14 @@ class DiskBuffer(Buffer):
         allow_pickle: bool = False,
         max_file_gb: float = MAX_FILE_GB,
     ):
-        if max_size < 1:
-            raise ValueError(f"buffer max_size must be >= 1, got {max_size}")
         if not (isinstance(max_file_gb, (int, float)) and 0 < max_file_gb < float("inf")):
             raise ValueError(f"buffer.max_file_gb={max_file_gb!r} must be a positive number of GB (the largest "
                              "decoded trajectory file read)")
-        self.dir = Path(root) / name / "buffer"
-        self.fifo_dir = self.dir / "fifo"
-        self.protected_dir = self.dir / "protected"
         # read_only: a data source (e.g. offline data in a mixture): receives no rollouts, never trims
         self.read_only = bool(read_only)
-        if self.read_only:
-            if not self.dir.is_dir():
-                raise FileNotFoundError(f"read-only buffer {self.dir} does not exist")
-        else:
-            self.fifo_dir.mkdir(parents=True, exist_ok=True)
-            self.protected_dir.mkdir(parents=True, exist_ok=True)
+        self.dir = open_buffer_dir(root, name, max_size, self.read_only, ("fifo", "protected"))
+        self.fifo_dir = self.dir / "fifo"
+        self.protected_dir = self.dir / "protected"
         self.save_new_trajs_to = None if self.read_only else self.fifo_dir
         self.max_size = int(max_size)
         self.min_size = int(min_size)

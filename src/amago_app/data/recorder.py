@@ -117,9 +117,14 @@ class TrajectoryRecorder:
             self._offset = oldest
 
     def flush(self, directory: str | Path | None) -> int:
-        """Write every finished trajectory into `directory` (None: discard). Returns the number written."""
+        """Write every finished trajectory into `directory` (None: discard), or append them to a shard store's
+        sink (anything with `append_trajectories`). Returns the number written."""
         n = 0
-        if directory is not None:
+        append = getattr(directory, "append_trajectories", None)
+        if append is not None:  # a shard store (data/shards.py): the writer id and sequence name its rows
+            n = append(self.finished, self.writer_id, self.files_written)
+            self.files_written += n
+        elif directory is not None:
             for env_name, traj in self.finished:
                 writer = None if self.writer_id is None else f"{self.writer_id}-{self.files_written:09d}"
                 save_trajectory(traj, directory, env_name, self.save_format, writer_id=writer)

@@ -22,6 +22,7 @@ from amago_app.config.schema import BUFFER_KINDS
 from amago_app.data.buffer import Buffer, DiskBuffer, NoBuffer
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
+from amago_app.data.shards import ShardBuffer
 from amago_app.data.timestep import TrajectorySpec
 from amago_app.envs.wrapper import AMAGOEnv
 from amago_app.interaction.build import build, build_agent, build_envs, build_exploration, env_seed
@@ -49,6 +50,20 @@ def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
                       allow_pickle=b.allow_pickle, max_file_gb=b.max_file_gb)
 
 
+def build_shard_buffer(cfg: DictConfig, run_dir: Path) -> ShardBuffer:
+    """`buffer=shards`: the run's replay buffer as memory-mapped shards, at the place `build_disk_buffer` uses
+    ({root}/{name}/buffer, beside where its fifo/ would be)."""
+    b = cfg.buffer
+    if b.on_env_change == "set_aside":
+        raise ValueError("buffer=shards does not support buffer.on_env_change=set_aside yet (it sets .npz files "
+                         "aside, not shards); use buffer=disk or buffer.on_env_change=refuse")
+    root = Path(b.root) if b.root is not None else run_dir.parent
+    name = b.name if b.name is not None else run_dir.name
+    relabeler = build(b.relabeler) if b.relabeler is not None else None
+    return ShardBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler,
+                       shard_steps=b.shard_steps)
+
+
 def trajectory_spec(envs: AMAGOEnv) -> TrajectorySpec:
     """What the run's buffer files must hold: one step of every observation key, and the action dimension."""
     return TrajectorySpec(obs={k: (tuple(space.shape), np.dtype(space.dtype).str)
@@ -56,11 +71,13 @@ def trajectory_spec(envs: AMAGOEnv) -> TrajectorySpec:
 
 
 def build_buffer(cfg: DictConfig, run_dir: Path) -> Buffer:
-    """The trainer's buffer, by `buffer.kind`: disk | mixture | none."""
+    """The trainer's buffer, by `buffer.kind`: disk | shards | mixture | none."""
     check_on_env_change(cfg.buffer.on_env_change)  # (used at a resume; a typo is refused at every start)
     kind = cfg.buffer.kind
     if kind == "disk":
         return build_disk_buffer(cfg, run_dir)
+    if kind == "shards":
+        return build_shard_buffer(cfg, run_dir)
     if kind == "none":
         return NoBuffer()
     if kind == "mixture":
