@@ -150,6 +150,57 @@ def synthesize(data: Path, sizes: list[int], procs: int = 2, seed: int = 0,
     return roots
 
 
+def synthesize_shards(data: Path, n: int, seed: int = 0, lengths: tuple[int, int] = LENGTHS,
+                      shard_steps: int | None = None) -> Path:
+    """A `buffer=shards` store of n trajectories ({data}/shards{n}/buffer/shards), in the layout `ShardBuffer`
+    writes (`create_shard`, then the arrays, the index rows and the committed count), the same lengths as the
+    files; whole shards are filled at once instead of one append per trajectory. Reused once complete."""
+    import shutil
+
+    import numpy as np
+
+    from amago_app.data.shards import SHARD_STEPS, create_shard
+    from amago_app.data.timestep import Trajectory
+
+    shard_steps = SHARD_STEPS if shard_steps is None else shard_steps
+    root = data / f"shards{n}"
+    complete = root / f".complete-{shard_steps}"
+    if complete.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    shard_dir = root / "buffer" / "shards"
+    shard_dir.mkdir(parents=True)
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    like = Trajectory.from_transitions({"observation": np.zeros((2, OBS_DIM), np.float32)}, np.zeros(1, np.float32),
+                                       np.ones(1, bool), np.zeros((1, ACTION_DIM), np.float32))
+    steps = rng.integers(lengths[0], lengths[1] + 1, n) + 1  # timesteps of each trajectory
+    noise: dict[str, np.ndarray] = {}
+    i = number = 0
+    while i < n:
+        cum = np.cumsum(steps[i: i + shard_steps // 2])
+        k = int(np.searchsorted(cum, shard_steps, side="right"))
+        path = create_shard(shard_dir, f"{WRITER}-{number:06d}", like, shard_steps)
+        for field, (shape, dtype) in json.loads((path / "layout.json").read_text())["fields"].items():
+            if field not in noise:
+                block = rng.standard_normal((shard_steps, *shape))
+                noise[field] = block.astype(dtype) if np.dtype(dtype).kind == "f" else (block > 0).astype(dtype)
+            arr = np.load(path / f"{field}.npy", mmap_mode="r+")
+            arr[: cum[k - 1]] = noise[field][: cum[k - 1]]
+            arr.flush()
+        index = np.load(path / "index.npy", mmap_mode="r+")
+        index[1: k + 1, 0] = cum[:k] - steps[i: i + k]
+        index[1: k + 1, 1] = steps[i: i + k] - 1
+        index[1: k + 1, 2] = time.time_ns()
+        index[1: k + 1, 3] = np.arange(i, i + k)
+        index[0, 0] = k
+        index.flush()
+        i, number = i + k, number + 1
+    complete.touch()
+    print(f"# wrote {n:,} trajectories in {number} shards in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return root
+
+
 
 # --- measurements (each in a fresh process: `--worker JSON`) ------------------------------------------------------
 def _ours(task: dict) -> dict:
@@ -158,6 +209,8 @@ def _ours(task: dict) -> dict:
 
     root, name = str(Path(task["root"]).parent), Path(task["root"]).name
     kind = task["kind"]
+    if task.get("store") == "shards":
+        return _ours_shards(task)
     if kind == "startup":
         before = rss_mb()
         start = time.perf_counter()
@@ -189,6 +242,34 @@ def _ours(task: dict) -> dict:
         buf.close()
         return {"trim_s": trim, "refresh_after_trim_s": refresh, "deleted": deleted}
     raise ValueError(kind)
+
+
+def _ours_shards(task: dict) -> dict:
+    """`--store shards`: the start-up and loading figures of `ShardBuffer` (buffer=shards); CPU seconds beside the
+    wall-clock ones."""
+    from amago_app.data.loader import BatchLoader
+    from amago_app.data.shards import ShardBuffer
+
+    root, name = str(Path(task["root"]).parent), Path(task["root"]).name
+    if task["kind"] == "startup":
+        before = rss_mb()
+        cpu, start = time.process_time(), time.perf_counter()
+        buf = ShardBuffer(root, name, max_size=10**9)
+        startup, startup_cpu = time.perf_counter() - start, time.process_time() - cpu
+        index_mb = rss_mb() - before
+        cpu, start = time.process_time(), time.perf_counter()
+        buf.refresh()  # what every epoch pays: the listing, each shard's count, the index put together again
+        refresh, refresh_cpu = time.perf_counter() - start, time.process_time() - cpu
+        start = time.perf_counter()
+        stats = buf.stats()
+        return {"startup_s": startup, "startup_cpu_s": startup_cpu, "index_mb": index_mb, "refresh_s": refresh,
+                "refresh_cpu_s": refresh_cpu, "stats_s": time.perf_counter() - start, "files": len(buf),
+                "shards": stats["Shards"]}
+    if task["kind"] == "sample":
+        buf = ShardBuffer(root, name, max_size=10**9)
+        loader = BatchLoader(buf, task["batch"], task["context"], workers=task["workers"])
+        return _rates(lambda epoch, n: loader.epoch(epoch, n), task)
+    raise ValueError(f"--store shards measures startup and sample, not {task['kind']}")
 
 
 def _original(task: dict) -> dict:
@@ -246,17 +327,26 @@ class _Experiment:
 def _rates(make_epoch, task: dict) -> dict:
     """Batches/s of whole epochs of loading (workers started inside the timing, as each epoch starts them): one
     warm-up epoch, then `blocks` epochs of about `seconds` each; the median."""
-    def run(epoch: int, n: int) -> float:
-        start = time.perf_counter()
+    import resource
+
+    def children_cpu() -> float:  # loader workers, counted once an epoch's workers have exited
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    def run(epoch: int, n: int) -> tuple[float, float]:
+        cpu, children, start = time.process_time(), children_cpu(), time.perf_counter()
         for _ in make_epoch(epoch, n):
             pass
-        return n / (time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        return n / wall, n / max(time.process_time() - cpu + children_cpu() - children, 1e-9)
 
-    first = run(0, 4)
+    first = run(0, 4)[0]
     n = max(4, int(first * task["seconds"]))
-    rates = [run(1 + b, n) for b in range(task["blocks"])]
+    timed = [run(1 + b, n) for b in range(task["blocks"])]
+    rates = [wall for wall, _ in timed]
     return {"batches_per_s": statistics.median(rates), "trajs_per_s": statistics.median(rates) * task["batch"],
-            "batches_per_block": n, "rates": rates}
+            "cpu_batches_per_s": statistics.median(cpu for _, cpu in timed), "batches_per_block": n,
+            "rates": rates}
 
 
 def _measure(task: dict, python: str, repeats: int, in_process: bool = False) -> dict:
@@ -292,18 +382,18 @@ def _reset_trim_dir(data: Path, source: Path, n: int) -> Path:
 
 def _table(rows: list[dict]) -> str:
     lines = []
-    for kind, cols in (("startup", ("startup_s", "index_mb", "refresh_s", "stats_s")),
-                       ("sample", ("batches_per_s", "trajs_per_s")),
+    for kind, cols in (("startup", ("startup_s", "startup_cpu_s", "index_mb", "refresh_s", "stats_s")),
+                       ("sample", ("batches_per_s", "cpu_batches_per_s", "trajs_per_s")),
                        ("trim", ("trim_s", "refresh_after_trim_s"))):
         sel = [r for r in rows if r["kind"] == kind]
         if not sel:
             continue
-        keys = ("side", "files") + (("batch", "context", "workers") if kind == "sample" else ())
+        keys = ("side", "files", "store") + (("batch", "context", "workers") if kind == "sample" else ())
         lines.append(f"\n{kind}\n| " + " | ".join(keys + cols) + " |")
         lines.append("|" + "---|" * (len(keys) + len(cols)))
         for r in sel:
-            cells = [str(r.get(k, "")) for k in keys] + [f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c])
-                                                         for c in cols]
+            cells = [str(r.get(k, "")) for k in keys] + [f"{r[c]:.3g}" if isinstance(r.get(c), float)
+                                                         else str(r.get(c, "-")) for c in cols]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -363,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contexts", type=int, nargs="+", default=[512, 51])
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="loader worker counts")
     ap.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))
+    ap.add_argument("--store", choices=("disk", "shards"), default="disk",
+                    help="the buffer measured: disk (DiskBuffer, one .npz a trajectory) or shards (buffer=shards: "
+                         "memory-mapped shards; start-up and sample figures)")
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes per figure (median)")
     ap.add_argument("--blocks", type=int, default=3, help="timed epochs per sampling figure (median)")
     ap.add_argument("--seconds", type=float, default=2.0, help="length of a timed sampling epoch")
@@ -386,7 +479,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("bench_scale: error: --original and --original-python go together")
     from speed_common import cpu_name
 
-    roots = synthesize(args.data, args.sizes, lengths=(8, 40) if args.smoke else LENGTHS)
+    if args.store == "shards":
+        if args.original is not None:
+            raise SystemExit("bench_scale: error: --original reads .npz files: use it with --store disk")
+        args.only = [m for m in args.only if m != "trim"]  # whole-shard trimming is a rename and a delete
+        roots = {n: synthesize_shards(args.data, n, lengths=(8, 40) if args.smoke else LENGTHS,
+                                      shard_steps=256 if args.smoke else None) for n in args.sizes}
+    else:
+        roots = synthesize(args.data, args.sizes, lengths=(8, 40) if args.smoke else LENGTHS)
     sides = [("amago_app", sys.executable)]
     if args.original is not None:
         sides.append(("original", args.original_python))
@@ -404,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     largest = roots[max(args.sizes)] / "buffer" / "fifo"
     for n in sorted(args.sizes):
         for side, python in sides:
-            base = {"side": side, "files": n, "root": str(roots[n])}
+            base = {"side": side, "files": n, "root": str(roots[n]), "store": args.store}
             if "startup" in args.only:
                 emit({"kind": "startup", **base, **_measure({**base, "kind": "startup"}, python, args.repeats,
                                                                   args.smoke)})
