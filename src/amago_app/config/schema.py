@@ -431,8 +431,9 @@ BUFFER_KINDS = ("disk", "shards", "mixture", "none")
 @dataclass
 class BufferConfig:
     kind: str = "disk"
-    """disk: the run's replay buffer | mixture: weighted mixture of datasets (buffer=mixture) | none: no data
-    (nothing saved, never trains; evaluation-only runs)."""
+    """disk: the run's replay buffer | shards: the same as memory-mapped shards, for 10^5-10^6 trajectories
+    (buffer=shards) | mixture: weighted mixture of datasets (buffer=mixture) | none: no data (nothing saved, never
+    trains; evaluation-only runs)."""
     root: Optional[str] = None
     """Buffer root; null = the run directory's parent (the buffer then lives in `{run_dir}/buffer`)."""
     name: Optional[str] = None
