@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -252,3 +253,22 @@ def test_a_batch_from_shards_looks_like_a_batch_from_the_disk_buffer(tmp_path):
             assert a.shape == b.shape and a.dtype == b.dtype, name
         assert {k: (v.shape, v.dtype) for k, v in batches[0].obs.items()} == \
             {k: (v.shape, v.dtype) for k, v in batches[1].obs.items()}
+
+
+def test_stale_half_made_shards_are_removed_by_the_trimming_owner_only(tmp_path):
+    """A writer killed while assembling a shard leaves `.tmp-*` (a trimmer killed mid-delete `.retired-*`): the
+    trimming owner removes them once untouched for STALE_TMP_SECONDS, never one still being made."""
+    from amago_app.data.buffer import STALE_TMP_SECONDS
+
+    buf = ShardBuffer(tmp_path, "b")
+    old = time.time() - STALE_TMP_SECONDS - 60
+    for name in (".tmp-w0-000001-1234abcd", ".retired-w0-000000-1234abcd", ".tmp-w1-000000-fresh"):
+        (buf.shard_dir / name).mkdir()
+        (buf.shard_dir / name / "rews.npy").write_bytes(b"x")
+    for name in (".tmp-w0-000001-1234abcd", ".retired-w0-000000-1234abcd"):
+        os.utime(buf.shard_dir / name, (old, old))
+    assert buf.on_end_of_collection(0, is_main_process=False) == {"Trajectories Deleted": 0}
+    assert buf.on_end_of_collection(0)["Stale Temp Files Removed"] == 2
+    assert sorted(p.name for p in buf.shard_dir.iterdir() if p.name.startswith((".tmp", ".retired"))) == \
+        [".tmp-w1-000000-fresh"]
+    assert len(buf) == 0  # never taken for shards

@@ -14,7 +14,8 @@ recorder's writer id) appends to its own latest shard and starts a new one when 
 lock. An append writes the data, then the index row, then the committed count (an aligned 8-byte store), so a
 writer killed at any point leaves no half trajectory visible: readers see exactly rows [0, count), and the next
 writer of that name continues after the last committed trajectory, overwriting whatever was written past it. A
-new shard is assembled under a hidden `.tmp-*` name and renamed into place. (The data is not fsync'ed: the
+new shard is assembled under a hidden `.tmp-*` name and renamed into place (one a killed writer left is removed
+by the trimming owner once stale, as `DiskBuffer` does with its files). (The data is not fsync'ed: the
 guarantee covers a killed process, as for the `.npz` files of `DiskBuffer`, not a machine losing power.)
 
 Capacity (`max_size`) is counted in trajectories, as for `DiskBuffer`, but trimming retires *whole shards*: the
