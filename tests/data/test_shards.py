@@ -272,3 +272,33 @@ def test_stale_half_made_shards_are_removed_by_the_trimming_owner_only(tmp_path)
     assert sorted(p.name for p in buf.shard_dir.iterdir() if p.name.startswith((".tmp", ".retired"))) == \
         [".tmp-w1-000000-fresh"]
     assert len(buf) == 0  # never taken for shards
+
+
+def test_a_refresh_racing_a_trimmer_skips_the_shards_retired_under_it(tmp_path):
+    """Another process retires shards while this one lists them (async collectors refresh while the learner
+    trims): a shard that vanished between the listing and its opening is skipped, not reported as damaged."""
+    import threading
+
+    from amago_app.data.shards import create_shard
+
+    reader = ShardBuffer(tmp_path, "b")
+    trimmer = ShardBuffer(tmp_path, "b", shard_steps=64)
+    stop = threading.Event()
+
+    like = random_trajectory(3)
+
+    def churn():
+        k = 0
+        while not stop.is_set():
+            trimmer._retire(create_shard(trimmer.shard_dir, f"w9-{k:06d}", like, 64))
+            k += 1
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        end = time.time() + 1.5
+        while time.time() < end:
+            reader.refresh()
+    finally:
+        stop.set()
+        thread.join()
