@@ -302,3 +302,21 @@ def test_a_refresh_racing_a_trimmer_skips_the_shards_retired_under_it(tmp_path):
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_reader_sees_rows_rewritten_by_a_resumed_writer_at_the_same_count(tmp_path):
+    """A resumed writer (another process: DDP rank, collector) lowers its count to the checkpoint and writes new
+    trajectories, possibly of other lengths, up to the same count a reader last saw: the reader must not keep its
+    old rows (they would cut windows across trajectory boundaries)."""
+    first = _trajs(6, first_len=3)
+    _write(tmp_path, first)
+    reader = ShardBuffer(tmp_path, "b")
+    assert len(reader) == 6
+    writer = ShardBuffer(tmp_path, "b", shard_steps=64)
+    assert writer.remove_unsaved("w0", 3) == 3
+    again = _trajs(3, first_len=5, seed=50)  # other lengths than first[3:]
+    writer.append([("env", t) for t in again], "w0", 3)
+    reader.refresh()
+    assert len(reader) == 6
+    for i, t in enumerate(first[:3] + again):
+        _same(reader.trajectory(i), t)

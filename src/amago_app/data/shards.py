@@ -141,7 +141,9 @@ class _Shard:
     def read_rows(self) -> np.ndarray:
         """The committed index rows (checked: inside the arrays, in order)."""
         count = self.committed()
-        if count == self.rows_read:
+        # the same count with the same last row: nothing changed (a writer resumed from a checkpoint lowers the
+        # count and writes again: its rows then carry new write times, the last one included)
+        if count == self.rows_read and (count == 0 or np.array_equal(self.index[count], self.rows[-1])):
             return self.rows
         if not 0 <= count < len(self.index):
             raise ShardError(f"shard {self.path}: committed count {count} outside its {len(self.index) - 1} rows")
