@@ -270,9 +270,50 @@ class Agent(BaseAgent):
         """(B, T, C, G, 1) -> (B, T, G, 1): per (b, t, g), `num_critics_td` members drawn with replacement,
         reduced by min (with the online term) or mean (without it: min alone underestimates badly)."""
         B, T, C, G, _ = q_next.shape
-        pick = torch.randint(C, (B, T, self.num_critics_td, G, 1), device=q_next.device)
-        q_sub = q_next.gather(2, pick)
+        return self._redq_reduce(q_next.gather(2, self._redq_draw(B, T, C, q_next.device)))
+
+    def _redq_draw(self, B: int, T: int, C: int, device: torch.device) -> torch.Tensor:
+        """The members REDQ reads per (b, t, g): (B, T, num_critics_td, G, 1) indices into C."""
+        return torch.randint(C, (B, T, self.num_critics_td, self.num_gammas, 1), device=device)
+
+    def _redq_reduce(self, q_sub: torch.Tensor) -> torch.Tensor:
         return q_sub.min(2).values if self.online_coeff > 0 else q_sub.mean(2)
+
+    def _policy_values(self, s: torch.Tensor, a_pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Q of the policy's actions a_pi (K, B, T, G, A) on detached states s (B, T, D), frozen critic parameters:
+        (B, T, C, G, 1) averaged over the K samples, and its min over the critics (B, T, G, 1) that the online term
+        differentiates toward the action (None without an online term).
+
+        The min's gradient reaches one critic per (b, t, g). When the critics can evaluate chosen members
+        (`forward_members`, no dropout draws), the full pass runs without autograd and only the chosen member's
+        rows are evaluated again with it: the backward pass costs 1/C of the full one. The min keeps the full
+        pass's value (the chosen rows contribute their gradient only)."""
+        critics = self.critics
+        grad = torch.is_grad_enabled() and self.online_coeff > 0
+        if not (grad and hasattr(critics, "forward_members") and critics.rows_independent):
+            with torch.set_grad_enabled(grad):
+                q_pi = critics(s, a_pi, detach_params=True).mean(0)
+            return q_pi, q_pi.min(2).values if self.online_coeff > 0 else None
+        with torch.no_grad():
+            q_pi = critics(s, a_pi, detach_params=True).mean(0)
+            q_min, members = q_pi.min(2)  # the members the min's gradient reaches (its tie-breaking included)
+        q_chosen = critics.forward_members(s, a_pi, members[..., 0], detach_params=True).mean(0)
+        return q_pi, q_min + (q_chosen - q_chosen.detach())
+
+    def _redq_target(self, s_next: torch.Tensor, a_next: torch.Tensor) -> torch.Tensor:
+        """REDQ's reduction of the target critics on the next states' actions a_next (K, B, T, G, A) -> (B, T, G,
+        1) in return space. When the target critics can evaluate chosen members and REDQ draws fewer members than
+        there are, the members are drawn first (the same draws: the full pass draws no random numbers) and only
+        their rows are evaluated."""
+        critics = self.target_critics
+        C = self.num_critics
+        if not (hasattr(critics, "forward_members") and critics.rows_independent and self.num_critics_td < C):
+            return self._redq(self.popart.denormalize(critics(s_next, a_next).mean(0)))
+        B, T = s_next.shape[:2]
+        pick = self._redq_draw(B, T, C, s_next.device)  # (B, T, num_critics_td, G, 1)
+        q_sub = torch.stack([critics.forward_members(s_next, a_next, pick[:, :, j, :, 0]).mean(0)
+                             for j in range(self.num_critics_td)], 2)  # (B, T, num_critics_td, G, 1)
+        return self._redq_reduce(self.popart.denormalize(q_sub))
 
     def _td_targets(self, batch: Batch, q_next: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """q_next (B, T, G, 1) -> n-step targets y (B, T, G, 1) in the scaled return space."""
@@ -349,30 +390,31 @@ class Agent(BaseAgent):
             q_all = self._discrete_q_table(self.critics, s)  # Q(s, .): one pass serves both terms
             q_data = NCritics.value_of(q_all[:, :-1], a_crit[:, :-1])  # (B, T, C, G, 1)
             q_pi = NCritics.value_of(q_all[:, :-1].detach(), dist.probs[:, :-1])  # exact V(s) under pi, grad -> actor
+            q_pi_min = q_pi.min(2).values
         else:
             q_data = self.critics(s[:, :-1], a_crit[:, :-1].unsqueeze(0))[0]  # (B, T, C, G, 1)
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.online_coeff > 0):
                 a_pi = dist.rsample((self.k_actor,)) if self.online_coeff > 0 else dist.sample((self.k_actor,))
-                # drawn for every timestep (the same random stream as always), valued where a transition starts:
-                # the last state's value is never used, and the critic pass is the update's largest
-                q_pi = self.critics(s[:, :-1].detach(), a_pi[:, :, :-1], detach_params=True).mean(0)  # (B, T, C, G, 1)
+            # drawn for every timestep (the same random stream as always), valued where a transition starts:
+            # the last state's value is never used, and the critic pass is the update's largest
+            q_pi, q_pi_min = self._policy_values(s[:, :-1].detach(), a_pi[:, :, :-1])
         with torch.no_grad():
             s_next = s[:, 1:].detach()
             actor_next = self.target_actor if self.use_target_actor else self.actor
             next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
             if self.discrete:
                 q_next = NCritics.value_of(self._discrete_q_table(self.target_critics, s_next), next_dist.probs)
+                q_next = self._redq(self.popart.denormalize(q_next))  # (B, T, G, 1), current PopArt stats
             else:
                 a_next = next_dist.sample((self.k_critic,))
-                q_next = self.target_critics(s_next, a_next).mean(0)
-            q_next = self._redq(self.popart.denormalize(q_next))  # (B, T, G, 1), current PopArt stats
+                q_next = self._redq_target(s_next, a_next)
             y = self._td_targets(batch, q_next, mask)
             self.popart.update_stats(y, mask_g)
             y_norm = self.popart.normalize_values(y)
         td = self.popart(q_data) - y_norm.unsqueeze(2)  # (B, T, C, G, 1)
         online = None
         if self.online_coeff > 0:
-            online = -self.online_coeff * self.popart(q_pi.min(2).values)
+            online = -self.online_coeff * self.popart(q_pi_min)
         with torch.no_grad():
             adv = q_data.mean(2) - q_pi.mean(2)
             q_raw = self.popart.denormalize(q_data) if log_step else None

@@ -62,8 +62,11 @@ class EnsembleLinear(nn.Module):
         self.weight = nn.Parameter(ensemble_init_(torch.empty(ensemble, d_in, d_out), d_in))
         self.bias = nn.Parameter(ensemble_bias_init_(torch.empty(ensemble, 1, d_out), d_in))
 
-    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, detach_params: bool = False, member: int | None = None) -> torch.Tensor:
+        """`member`: x (1, N, d_in) goes through that member's layer alone."""
         w, b = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+        if member is not None:
+            w, b = w[member:member + 1], b[member:member + 1]
         return torch.baddbmm(b, x, w)
 
 
@@ -115,12 +118,13 @@ class _CriticEnsemble(nn.Module):
     def _p(p: torch.Tensor, detach: bool) -> torch.Tensor:
         return p.detach() if detach else p
 
-    def _trunk(self, h: torch.Tensor, detach_params: bool) -> torch.Tensor:
-        """h (C, N, d_hidden) after the first layer's pre-activation -> (C, N, d_out)."""
-        h = self.drop(self._activate(self._norm(h, 0, detach_params)))
+    def _trunk(self, h: torch.Tensor, detach_params: bool, member: int | None = None) -> torch.Tensor:
+        """h (C, N, d_hidden) after the first layer's pre-activation -> (C, N, d_out); with `member`, h (1, N,
+        d_hidden) through that member's layers alone."""
+        h = self.drop(self._activate(self._norm(h, 0, detach_params, member)))
         for i, layer in enumerate(self.hidden, start=1):
-            h = self.drop(self._activate(self._norm(layer(h, detach_params), i, detach_params)))
-        return self.out(h, detach_params)
+            h = self.drop(self._activate(self._norm(layer(h, detach_params, member), i, detach_params, member)))
+        return self.out(h, detach_params, member)
 
     def _activate(self, h: torch.Tensor) -> torch.Tensor:
         """The activation, in place where that is exact: h is a fresh pre-activation no backward reads (GEMM and
@@ -132,11 +136,14 @@ class _CriticEnsemble(nn.Module):
             return torch.relu_(h)
         return self.act(h)
 
-    def _norm(self, h: torch.Tensor, i: int, detach_params: bool) -> torch.Tensor:
-        """Hidden layer i's pre-activation (C, N, H), layer-normalized per critic when `normalization="layer"`."""
+    def _norm(self, h: torch.Tensor, i: int, detach_params: bool, member: int | None = None) -> torch.Tensor:
+        """Hidden layer i's pre-activation (C, N, H), layer-normalized per critic when `normalization="layer"`
+        (with `member`: h (1, N, H) of that member)."""
         if not self.layer_norm:
             return h
-        gain, bias = self._p(self.norm_gain[:, i], detach_params), self._p(self.norm_bias[:, i], detach_params)
+        members = slice(None) if member is None else slice(member, member + 1)
+        gain = self._p(self.norm_gain[members, i], detach_params)
+        bias = self._p(self.norm_bias[members, i], detach_params)
         return torch.addcmul(bias, F.layer_norm(h, h.shape[-1:]), gain).to(h.dtype)
 
     def _state_part(self, state: torch.Tensor, detach_params: bool) -> torch.Tensor:
@@ -167,6 +174,48 @@ class _CriticEnsemble(nn.Module):
         h = _RowsPlusState.apply(x, w, s, k, g)  # (C, K*B*L*G, H)
         out = self._trunk(h, detach_params)  # (C, K*B*L*G, d_out)
         return out.view(c, k, b, l, g, -1).permute(1, 2, 3, 0, 4, 5)
+
+    @property
+    def rows_independent(self) -> bool:
+        """Whether every row's output depends on its own inputs alone (no dropout draws): then a pass over some
+        rows gives them the values and gradients the full pass gives, and draws no random numbers."""
+        return not (self.training and self.drop.p > 0)
+
+    def forward_members(self, state: torch.Tensor, actions: torch.Tensor, members: torch.Tensor,
+                        detach_params: bool = False) -> torch.Tensor:
+        """Each row through one member: state (B, L, D), actions (K, B, L, G, A), members (B, L, G) integers in
+        [0, C) -> (K, B, L, G, d_out), the rows (k, b, l, members[b, l, g], g) of `forward(state, actions)`.
+
+        The rows are grouped by member and each group goes through its member's layers only, so this costs 1/C
+        of the full pass: what a loss that reads one member per row (a min over the ensemble, REDQ's draws)
+        needs. Same layers, order of operations and dtypes as `_action_forward`."""
+        b, l, _ = state.shape
+        if not self.takes_actions:
+            raise ValueError(f"{type(self).__name__} takes no actions here: forward_members is for action inputs")
+        if actions.ndim != 5 or actions.shape[1:3] != (b, l) or actions.shape[3] != self.num_gammas:
+            raise ValueError(f"actions must be (K, {b}, {l}, {self.num_gammas}, A), got {tuple(actions.shape)}")
+        if members.shape != (b, l, self.num_gammas):
+            raise ValueError(f"members must be ({b}, {l}, {self.num_gammas}), got {tuple(members.shape)}")
+        k, g, a_dim = actions.shape[0], actions.shape[3], actions.shape[4]
+        h_dim = self.w_state.shape[-1]
+        s = self._state_part(state, detach_params)  # (C, B*L, H); cheap next to the rows
+        dtype = s.dtype
+        a = actions.clamp(-0.999, 0.999).to(dtype).reshape(k, b * l * g, a_dim)
+        g_part = self.gamma_feats @ self._p(self.w_gamma, detach_params)  # (C, G, H)
+        w = torch.cat([self._p(self.w_action, detach_params), g_part], 1).to(dtype)  # (C, A + G, H)
+        flat = members.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # rows (bl, g) grouped by member
+        outs = []
+        for c, rows in enumerate(torch.split(order, torch.bincount(flat, minlength=self.num_critics).tolist())):
+            n = rows.numel()
+            if n == 0:
+                continue
+            onehot = F.one_hot(rows % g, g).to(dtype).expand(k, n, g)
+            x = torch.cat([a[:, rows], onehot], -1).view(1, k * n, a_dim + g)
+            h = (torch.bmm(x, w[c:c + 1]).view(k, n, h_dim) + s[c, rows // g]).view(1, k * n, h_dim)
+            outs.append(self._trunk(h, detach_params, member=c).view(k, n, -1))
+        out = torch.cat(outs, 1)[:, torch.argsort(order)]  # back to the rows' order
+        return out.view(k, b, l, g, -1)
 
 
 class _RowsPlusState(torch.autograd.Function):
