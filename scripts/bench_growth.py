@@ -198,7 +198,7 @@ def plot(rows: list[dict], path: str) -> None:
     if any(r["bench"] == "context" for r in done):
         panels.append(("context", "cpu_ms_per_update", "max_seq_len", "memory", "CPU ms per update"))
     if any(r["bench"] == "rollout" for r in done):
-        panels.append(("rollout", "ms_per_step", "max_seq_len", "memory", "ms per rollout step (8 actors)"))
+        panels.append(("rollout", "cpu_ms_per_step", "max_seq_len", "memory", "CPU ms per rollout step (8 actors)"))
     if any(r["bench"] == "actors" for r in done):
         panels.append(("actors", "env_steps_per_s", "actors", "env+mode", "collection env steps/s"))
     if not panels:
