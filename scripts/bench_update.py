@@ -8,7 +8,8 @@ batch 24, 8 actors), built through the real Hydra config with the defaults a use
   continuous  Pendulum-v1 (env=gym), the same network and window: its critics see (state, action) for every
               discount factor, so their rows are 7x the discrete critics' (`update` only, like `discrete`)
   actions     discrete and continuous in one process, their timed blocks alternating (A-B-A-B), so the two
-              rates share the machine's state; rows of both, and their ratio under the table
+              rates share the machine's state; rows of both, and their ratio under the table (what the ratio
+              is made of: docs/guide-threads-and-precision.md, "Cheaper updates")
 
 Measurements (`--only`), each in its own process (so its peak memory is its own), one JSON line per figure:
   update      updates/s of the full AMAGO update with batches from the real disk buffer through the loader
