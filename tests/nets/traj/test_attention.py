@@ -424,3 +424,38 @@ def test_hydra_overrides_build_the_backend():
     assert enc.attention_backend == "flex" and enc.mask == A.MaskSpec("sliding_window", 8)
     enc = build(sink.traj_encoder)(tstep_dim=D_IN, max_seq_len=16)
     assert enc.attention_backend == "vanilla" and enc.mask == A.MaskSpec("sliding_sink", 6, 2, 0.0, 5.0)
+
+
+class _LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """The most elements of any tensor an operation produces inside the `with` block."""
+
+    largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("window, length", [(16, 1024), (0, 300), (63, 1000), (100, 257)])
+def test_sdpa_sliding_window_full_pass_is_banded_and_equals_the_dense_mask(window, length):
+    """A sliding window's full pass scores each query against the keys its window reaches, not against all
+    (L x L) of them (the cost of a long window otherwise grows as the square of max_seq_len); same values and
+    gradients as the dense-mask reference."""
+    spec = A.MaskSpec.build("sliding_window", window)
+    q, k, v = (torch.randn(2, 3, length, 8, requires_grad=True) for _ in range(3))
+    with _LargestTensor() as seen:
+        out = A.SDPAttention(spec).full(q, k, v)
+        out.sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = A.VanillaAttention(spec).full(q, k, v)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    for got, want in zip(grads, [t.grad for t in (q, k, v)]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    if length >= 4 * max(window + 1, 64):
+        assert seen.largest < length * length // 4, (seen.largest, length * length)
