@@ -248,7 +248,8 @@ def _sdpa(q, k, v, attn_mask=None, **kwargs):
 
 
 class SDPAttention(AttentionBackend):
-    """torch SDPA: `is_causal` for the plain causal full pass, else an explicit boolean mask (or float bias)."""
+    """torch SDPA: `is_causal` for the plain causal full pass, blocks of queries against their band of keys for a
+    sliding window's, else an explicit boolean mask (or float bias)."""
 
     name = "sdpa"
 
