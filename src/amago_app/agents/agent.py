@@ -290,7 +290,7 @@ class Agent(BaseAgent):
         pass's value (the chosen rows contribute their gradient only)."""
         critics = self.critics
         grad = torch.is_grad_enabled() and self.online_coeff > 0
-        if not (grad and self._members_ok(critics)):
+        if not (grad and self._members_ok(critics, s)):
             with torch.set_grad_enabled(grad):
                 q_pi = critics(s, a_pi, detach_params=True).mean(0)
             return q_pi, q_pi.min(2).values if self.online_coeff > 0 else None
@@ -301,10 +301,12 @@ class Agent(BaseAgent):
         return q_pi, q_min + (q_chosen - q_chosen.detach())
 
     @staticmethod
-    def _members_ok(critics: nn.Module) -> bool:
-        """Whether `critics` can evaluate chosen members' rows exactly. Not inside torch.compile: the rows per
-        member change every update, and a compiled graph wants fixed shapes."""
-        return (hasattr(critics, "forward_members") and critics.rows_independent
+    def _members_ok(critics: nn.Module, x: torch.Tensor) -> bool:
+        """Whether `critics` can evaluate chosen members' rows exactly, and should. Not inside torch.compile: the
+        rows per member change every update, and a compiled graph wants fixed shapes. Only on the CPU: grouping
+        rows by member reads their counts on the host, which on an accelerator would stall its queue of kernels
+        (three times per update) to save work it does in parallel anyway."""
+        return (x.device.type == "cpu" and hasattr(critics, "forward_members") and critics.rows_independent
                 and not torch.compiler.is_compiling())
 
     def _redq_target(self, s_next: torch.Tensor, a_next: torch.Tensor) -> torch.Tensor:
@@ -314,7 +316,7 @@ class Agent(BaseAgent):
         their rows are evaluated."""
         critics = self.target_critics
         C = self.num_critics
-        if not (self._members_ok(critics) and self.num_critics_td < C):
+        if not (self._members_ok(critics, s_next) and self.num_critics_td < C):
             return self._redq(self.popart.denormalize(critics(s_next, a_next).mean(0)))
         B, T = s_next.shape[:2]
         pick = self._redq_draw(B, T, C, s_next.device)  # (B, T, num_critics_td, G, 1)
