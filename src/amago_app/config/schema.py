@@ -461,12 +461,15 @@ class BufferConfig:
     """npz | npz-compressed | traj (pickle: needs allow_pickle=true to be read back)."""
     allow_pickle: bool = False
     """Read pickle-based `.traj` buffer files. Unpickling runs code: enable only for files you trust."""
-    padded_sampling: str = "none"
-    """Window start distribution: none | both | left | right."""
-    sample_by: str = "file"
-    """Which file a window comes from: file (every file equally likely, the original AMAGO's rule) | transition
-    (files weighted so that every stored transition is trained on equally often; matters when files differ in
-    length, e.g. whole episodes that end early)."""
+    padded_sampling: str = "both"
+    """Where a window may start: both (windows may begin before a file and end after it, padded, so the first and
+    last steps of a file are trained on as often as the middle ones) | none (windows inside the file only, the
+    original AMAGO's rule) | left | right."""
+    sample_by: str = "transition"
+    """Which file a window comes from: transition (files weighted so that every stored transition is trained on
+    equally often; matters when files differ in length, e.g. whole episodes that end early) | file (every file
+    equally likely, the original AMAGO's rule). Both defaults were chosen on the generalization suite's tuning
+    half (docs/generalization.md)."""
     fixed_length: bool = False
     """Pad every batch to max_seq_len (static shapes for torch.compile / CUDA graphs)."""
     prefetch: int = 2
