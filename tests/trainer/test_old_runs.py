@@ -47,6 +47,9 @@ def test_its_config_loads_with_todays_classes(old_run):
     # saved before `start_steps` existed: it keeps the noisy first step it was trained with (today's default is 0)
     assert "start_steps" not in (old_run / "config.yaml").read_text()
     assert cfg.exploration.start_steps == 1 and cfg.exploration.decision_steps == 3
+    # saved before `buffer.sample_by` existed: its windows stay drawn by file, as it was trained (today: by transition)
+    assert "sample_by" not in (old_run / "config.yaml").read_text()
+    assert cfg.buffer.sample_by == "file" and cfg.buffer.padded_sampling == "none"
 
 
 def test_old_run_evaluates_its_latest_policy(old_run):

@@ -33,6 +33,11 @@ KEPT_WHEN_MISSING = {
     "CorridorEpsilonGreedy": {"start_steps": 1},  # the first step had the schedule's noise before start_steps
 }
 
+#: section -> {key whose schema default changed: the value a run saved without the key was trained with}
+SECTION_KEPT_WHEN_MISSING = {
+    "buffer": {"sample_by": "file", "padded_sampling": "none"},  # the window rules before transition draws
+}
+
 
 def _moved(target: str) -> str:
     module, _, name = target.rpartition(".")
@@ -59,15 +64,18 @@ def _walk(node) -> None:
 
 
 def add_missing_keys(cfg: DictConfig) -> None:
-    """Give every key of the sections' schemas that `cfg` lacks its schema default."""
+    """Give every key of the sections' schemas that `cfg` lacks its schema default, or, where that default has
+    changed since, the value the run was trained with (SECTION_KEPT_WHEN_MISSING)."""
     for section, schema in SECTIONS.items():
         node = cfg[section] if section else cfg
         if schema is BufferConfig and node.get("kind") in ("mixture", "shards"):
             schema = MixtureBufferConfig if node.get("kind") == "mixture" else ShardBufferConfig
+        kept = SECTION_KEPT_WHEN_MISSING.get(section, {})
         for f in dataclasses.fields(schema):
             if f.name in node:
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            default = kept.get(f.name, default)
             if default != MISSING:  # required keys (and the root's sections) are in every composed config
                 with open_dict(node):
                     node[f.name] = default
