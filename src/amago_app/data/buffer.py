@@ -556,11 +556,15 @@ class DiskBuffer(Buffer):
 
     def _length(self, path: str) -> int:
         """Transitions in a file, read once. A file whose length cannot be read counts as one transition: it is
-        still drawn now and then, and the regular load skips it with its warning."""
+        still drawn now and then, and the regular load skips it with its warning. A pickle file this run may not
+        read stops it here, at the first weighted draw, as a uniform draw would stop at that file: a weight of one
+        transition would let it train for a long while before drawing it."""
         n = self._lengths.get(path)
         if n is None:
             try:
                 n = trajectory_length(path, allow_pickle=self.allow_pickle)
+            except PickleNotAllowed:
+                raise
             except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError, TypeError):
                 n = 1
             self._lengths[path] = n
