@@ -180,6 +180,21 @@ def draw_trajectory(buffer: Buffer, rng: np.random.Generator,
     return buffer.sample_random_trajectory(rng, weight=weight)
 
 
+def claim_trim_owner(directory: Path) -> int | None:
+    """Make this process the trimming owner of the store at `directory` if no live process is: the open, locked
+    `.trim-owner.lock` (holding our pid), which the caller keeps open for as long as it owns; None when another
+    process holds it. The lock goes with the process, so a killed owner frees it."""
+    fd = os.open(directory / ".trim-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another live process owns it
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 def open_buffer_dir(root: str | os.PathLike, name: str, max_size: int, read_only: bool,
                     parts: tuple[str, ...], must_exist: str = ".") -> Path:
     """`{root}/{name}/buffer`, checked the same way for every on-disk buffer (`DiskBuffer`, data/shards.py's
@@ -414,16 +429,8 @@ class DiskBuffer(Buffer):
         """Whether this process is the buffer's trimming owner (takes ownership if nobody holds it)."""
         if self._owner_fd is not None:
             return True
-        fd = os.open(self.dir / ".trim-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another live process owns it
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._owner_fd = fd
-        return True
+        self._owner_fd = claim_trim_owner(self.dir)
+        return self._owner_fd is not None
 
     def close(self) -> None:
         if self._owner_fd is not None:

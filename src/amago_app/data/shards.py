@@ -31,7 +31,6 @@ when a trajectory is written, not at every draw.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -44,7 +43,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib import format as npy_format
 
-from amago_app.data.buffer import STALE_TMP_SECONDS, Buffer, open_buffer_dir
+from amago_app.data.buffer import STALE_TMP_SECONDS, Buffer, claim_trim_owner, open_buffer_dir
 from amago_app.data.files import check_layout
 from amago_app.data.timestep import BadTrajectory, Trajectory, TrajectorySpec
 from amago_app.rundir import RunDirError
@@ -352,14 +351,8 @@ class ShardBuffer(Buffer):
     def owns_trimming(self) -> bool:
         if self._owner_fd is not None:
             return True
-        fd = os.open(self.shard_dir / ".trim-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._owner_fd = fd
-        return True
+        self._owner_fd = claim_trim_owner(self.shard_dir)
+        return self._owner_fd is not None
 
     def _retire(self, path: Path) -> None:
         """Remove a shard at once for readers (one rename), then its files; mapped views stay valid until dropped."""
