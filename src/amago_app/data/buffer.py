@@ -180,19 +180,34 @@ def draw_trajectory(buffer: Buffer, rng: np.random.Generator,
     return buffer.sample_random_trajectory(rng, weight=weight)
 
 
-def claim_trim_owner(directory: Path) -> int | None:
-    """Make this process the trimming owner of the store at `directory` if no live process is: the open, locked
-    `.trim-owner.lock` (holding our pid), which the caller keeps open for as long as it owns; None when another
-    process holds it. The lock goes with the process, so a killed owner frees it."""
-    fd = os.open(directory / ".trim-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # another live process owns it
-        os.close(fd)
-        return None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
+class TrimOwner:
+    """The trimming-owner claim on an on-disk store: the open, locked `.trim-owner.lock` in `directory` (holding
+    the owner's pid), kept open for as long as this process owns. The lock goes with the process, so a killed
+    owner frees it."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._fd: int | None = None
+
+    def claim(self) -> bool:
+        """Whether this process owns trimming, taking ownership if no live process holds it."""
+        if self._fd is not None:
+            return True
+        fd = os.open(self.directory / ".trim-owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another live process owns it
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
 
 
 def open_buffer_dir(root: str | os.PathLike, name: str, max_size: int, read_only: bool,
@@ -275,7 +290,7 @@ class DiskBuffer(Buffer):
         self._skipped: set[str] = set()  # unreadable or foreign files (warned once each)
         self._new_skips: list[str] = []  # skipped since the last take_worker_changes
         self._misnamed: set[str] = set()  # FIFO files without a timestamp in their name (never trimmed)
-        self._owner_fd: int | None = None
+        self._trim_owner = TrimOwner(self.dir)
         self._cache: OrderedDict[str, Trajectory] = OrderedDict()
         self._cache_bytes = 0
         self._cache_limit = int(cache_gb * 2**30)
@@ -427,15 +442,10 @@ class DiskBuffer(Buffer):
 
     def owns_trimming(self) -> bool:
         """Whether this process is the buffer's trimming owner (takes ownership if nobody holds it)."""
-        if self._owner_fd is not None:
-            return True
-        self._owner_fd = claim_trim_owner(self.dir)
-        return self._owner_fd is not None
+        return self._trim_owner.claim()
 
     def close(self) -> None:
-        if self._owner_fd is not None:
-            os.close(self._owner_fd)  # releases the flock
-            self._owner_fd = None
+        self._trim_owner.release()
 
     def __del__(self):
         try:

@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib import format as npy_format
 
-from amago_app.data.buffer import STALE_TMP_SECONDS, Buffer, claim_trim_owner, open_buffer_dir
+from amago_app.data.buffer import STALE_TMP_SECONDS, Buffer, TrimOwner, open_buffer_dir
 from amago_app.data.files import check_layout
 from amago_app.data.timestep import BadTrajectory, Trajectory, TrajectorySpec
 from amago_app.rundir import RunDirError
@@ -222,7 +222,7 @@ class ShardBuffer(Buffer):
         self._shards: dict[str, _Shard] = {}
         self._writers: dict[str, _Shard] = {}  # writer id -> its open shard (mapped read-write)
         self._random_writer = uuid.uuid4().hex[:8]
-        self._owner_fd: int | None = None
+        self._trim_owner = TrimOwner(self.shard_dir)
         self._weighted: tuple | None = None
         self._set_index([])
         self.refresh()
@@ -349,10 +349,7 @@ class ShardBuffer(Buffer):
 
     # --- trimming -------------------------------------------------------------------------------------------
     def owns_trimming(self) -> bool:
-        if self._owner_fd is not None:
-            return True
-        self._owner_fd = claim_trim_owner(self.shard_dir)
-        return self._owner_fd is not None
+        return self._trim_owner.claim()
 
     def _retire(self, path: Path) -> None:
         """Remove a shard at once for readers (one rename), then its files; mapped views stay valid until dropped."""
@@ -452,9 +449,7 @@ class ShardBuffer(Buffer):
 
     def close(self) -> None:
         self._writers.clear()
-        if self._owner_fd is not None:
-            os.close(self._owner_fd)
-            self._owner_fd = None
+        self._trim_owner.release()
 
     def delete(self) -> None:
         if not self.read_only:
