@@ -1,11 +1,15 @@
 """docs/results.md: the benchmark's one page of results. A section per `amago-bench` row (its anchor is the row's
 preset name, which preset comments link to), the table region that `amago-bench --report-only` rewrites, links
-to it that resolve, and no curve under docs/bench/ that no page shows."""
+to it that resolve, the threshold and budget of each preset, and no curve under docs/bench/ that no page shows."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
+
+from conftest import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results.md"
@@ -72,3 +76,31 @@ def test_the_page_states_results_not_a_diary():
         found = re.search(pattern, md, flags=re.M | re.I)
         assert not found, f"docs/results.md has {what}: {found.group(0)!r}"
     assert "AMD EPYC" in md and "amago-bench --report-only" in md
+
+
+def _section(md: str, row: str) -> str:
+    start = re.search(rf"^## {re.escape(row)}\s*$", md, flags=re.M)
+    assert start, f"docs/results.md has no section ## {row}"
+    end = re.search(r"^## ", md[start.end():], flags=re.M)
+    return md[start.end(): start.end() + end.start() if end else len(md)]
+
+
+def _numbers(text: str) -> set[float]:
+    return {float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)}
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_the_page_states_each_presets_threshold_and_budget(row):
+    """The threshold in a row's table line and the update budget its section opens with are the preset's: a preset
+    whose threshold or budget changes without its results being run again fails here."""
+    cfg = compose_config([f"+experiment=bench/{row}"], tiny=False)
+    md = RESULTS.read_text()
+    region = md[md.index(BEGIN):md.index(END)]
+    line = next(line for line in region.splitlines() if line.startswith((f"| {row} ", f"| [{row}]")))
+    threshold_cell = line.split("|")[2]
+    assert float(cfg.bench.threshold) in _numbers(threshold_cell), \
+        f"{row}: the table's threshold {threshold_cell.strip()!r} is not the preset's {cfg.bench.threshold}"
+    updates = cfg.trainer.epochs * cfg.trainer.train_batches_per_epoch
+    opening = _section(md, row).strip().split("\n\n")[0]
+    assert f"{updates:,} updates" in opening, \
+        f"{row}: the section's first paragraph does not state the preset's budget of {updates:,} updates"
