@@ -25,15 +25,20 @@ def _anchors(md: str) -> set[str]:
     return out
 
 
+def _table_lines(md: str, row: str) -> list[str]:
+    """The lines of the generated table (between the markers) that belong to `row`."""
+    region = md[md.index(BEGIN):md.index(END)]
+    return [line for line in region.splitlines() if line.startswith((f"| {row} ", f"| [{row}]"))]
+
+
 def test_a_section_per_row_and_one_generated_region():
     md = RESULTS.read_text()
     assert ROWS, "no presets under conf/experiment/bench/"
     missing = [row for row in ROWS if row not in _anchors(md)]
     assert not missing, f"docs/results.md has no section (## {missing[0]}) for {missing}"
     assert md.count(BEGIN) == 1 and md.count(END) == 1 and md.index(BEGIN) < md.index(END)
-    region = md[md.index(BEGIN):md.index(END)]
     for row in ROWS:  # one line of the table per row
-        lines = [line for line in region.splitlines() if line.startswith((f"| {row} ", f"| [{row}]"))]
+        lines = _table_lines(md, row)
         assert len(lines) == 1, f"the table has {len(lines)} lines for {row}"
 
 
@@ -95,9 +100,7 @@ def test_the_page_states_each_presets_threshold_and_budget(row):
     whose threshold or budget changes without its results being run again fails here."""
     cfg = compose_config([f"+experiment=bench/{row}"], tiny=False)
     md = RESULTS.read_text()
-    region = md[md.index(BEGIN):md.index(END)]
-    line = next(line for line in region.splitlines() if line.startswith((f"| {row} ", f"| [{row}]")))
-    threshold_cell = line.split("|")[2]
+    threshold_cell = _table_lines(md, row)[0].split("|")[2]
     assert float(cfg.bench.threshold) in _numbers(threshold_cell), \
         f"{row}: the table's threshold {threshold_cell.strip()!r} is not the preset's {cfg.bench.threshold}"
     updates = cfg.trainer.epochs * cfg.trainer.train_batches_per_epoch
