@@ -60,7 +60,9 @@ def test_option_composes_and_instantiates(group, option):
     except (ImportError, InterpolationResolutionError) as err:
         # a suite whose optional package is not installed: one line naming what to install (OmegaConf wraps the
         # error of a resolver; amago-train's error handler prints the same line)
-        e = err if isinstance(err, ImportError) else (err.__cause__ or err.__context__)
+        e = err  # nested interpolations wrap it once per level
+        while e is not None and not isinstance(e, ImportError):
+            e = e.__cause__ or e.__context__
         if not isinstance(e, ImportError):
             raise
         assert group == "env" and "envs need the" in str(e) and "\n" not in str(e), str(e)
