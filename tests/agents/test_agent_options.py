@@ -780,7 +780,7 @@ def test_hydra_agents_train_and_act(envs, agent_name, kind):
     else:
         assert isinstance(agent.critics, NCritics) and agent.offline_coeff == 0.1
         assert agent.online_coeff == (0.0 if kind == "multibinary" else 1.0)
-    assert (agent.num_critics, agent.num_critics_td, agent.critic_loss_weight, agent.tau) == (4, 2, 10.0, 0.003)
+    assert (agent.num_critics, agent.num_critics_td, agent.critic_loss_weight, agent.tau) == (4, 2, 10.0, 0.005)
     assert agent.gammas.tolist() == pytest.approx([0.1, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999])
     assert agent.fbc_filter(torch.tensor([-0.1, 0.1])).tolist() == [0.0, 1.0]
     train_and_act(agent, envs[kind])

@@ -97,7 +97,7 @@ class Agent(BaseAgent):
         multigammas: tuple[float, ...] | list[float] | None = MULTIGAMMAS,
         use_multigamma: bool = True,
         reward_multiplier: float = 10.0,
-        tau: float = 0.003,
+        tau: float = 0.005,
         fake_filter: bool = False,
         num_actions_for_value_in_critic_loss: int = 1,
         num_actions_for_value_in_actor_loss: int = 1,

@@ -348,8 +348,9 @@ class AgentConfig:
     reward_multiplier: float = "${env.reward_multiplier}"  # type: ignore[assignment]
     """Rewards are multiplied by this before they enter the targets; default: the env's suggestion
     (env.reward_multiplier, 10 unless the env option says otherwise)."""
-    tau: float = 0.003
-    """Polyak rate of the target networks."""
+    tau: float = 0.005
+    """Polyak rate of the target networks. A value travels about one step further back per 1/tau updates, so in a
+    few-thousand-update run 0.003 (the original AMAGO's) left long-horizon values short (docs/generalization.md)."""
     fake_filter: bool = False
     """BC weights all 1 (plain behavior cloning)."""
     num_actions_for_value_in_critic_loss: int = 1
