@@ -168,6 +168,7 @@ def test_auto_precision_is_decided_as_amago_app_decides_it(script, flags, native
 # --- the generalization suite (`--suite generalization`) -------------------------------------------------------
 @pytest.fixture(scope="module")
 def suite_exported(script):
+    pytest.importorskip("popgym", reason="the suite's POPGym tasks compose only with popgym installed")
     return script.export_suite(AMAGO_BENCH, "all", "all", [])
 
 
@@ -198,6 +199,7 @@ def test_the_original_gets_amago_apps_budget_for_each_suite_task(script, overrid
     """Epochs, env steps and updates per epoch, parallel actors and the validation cadence the original is given
     are those amago-train composes for the task (with the same --override), and the episodes of its final
     evaluation are the suite's."""
+    pytest.importorskip("popgym", reason="the suite's POPGym tasks compose only with popgym installed")
     from amago_app.cli import suite
 
     exported = script.export_suite(AMAGO_BENCH, "all", "all", overrides)

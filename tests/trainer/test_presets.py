@@ -109,8 +109,9 @@ def test_presets_derive_lengths_from_the_env():
     c = _resolved("+experiment=mazerunner", "buffer.relabeler.mode=all")
     assert c["buffer"]["relabeler"]["mode"] == "all" and c["buffer"]["traj_save_len"] == 251
     assert c["tstep_encoder"]["specify_obs_keys"] == ["obs", "goals"]
-    c = _resolved("+experiment=popgym", "max_seq_len=500")
-    assert len(c["agent"]["multigammas"]) == 18 and c["traj_encoder"]["max_time_idx"] == 2000
-    assert c["traj_encoder"]["pos_emb"] == "learnable" and c["buffer"]["traj_save_len"] == 2000
+    if importlib.util.find_spec("popgym") is not None:  # its window comes from the package's task table
+        c = _resolved("+experiment=popgym", "max_seq_len=500")
+        assert len(c["agent"]["multigammas"]) == 18 and c["traj_encoder"]["max_time_idx"] == 2000
+        assert c["traj_encoder"]["pos_emb"] == "learnable" and c["buffer"]["traj_save_len"] == 2000
     c = _resolved("+experiment=metaworld", "env.make.k_episodes=5")
     assert c["agent"]["critic"]["max_return"] == 25000 and c["exploration"]["rollout_horizon"] == 2500
