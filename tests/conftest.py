@@ -92,6 +92,15 @@ def one_line_error(r: subprocess.CompletedProcess, tool: str) -> str:
     return lines[0]
 
 
+def wrapped_import_error(err: BaseException) -> ImportError | None:
+    """The ImportError in `err`'s cause chain, or None: OmegaConf wraps a resolver's error (env=popgym's window asks
+    the installed package) once per nested interpolation."""
+    e: BaseException | None = err
+    while e is not None and not isinstance(e, ImportError):
+        e = e.__cause__ or e.__context__
+    return e
+
+
 @pytest.fixture(scope="session")
 def saved_run(tmp_path_factory) -> Path:
     """A finished tiny `amago-train` run (2 epochs, a training state per epoch, validations, a best policy),

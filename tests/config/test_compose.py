@@ -15,6 +15,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from amago_app.config import config_dir, setup
 from amago_app.interaction.build import build, build_agent, build_envs, build_exploration
+from conftest import wrapped_import_error
 
 setup()
 CONF = Path(config_dir())
@@ -60,10 +61,8 @@ def test_option_composes_and_instantiates(group, option):
     except (ImportError, InterpolationResolutionError) as err:
         # a suite whose optional package is not installed: one line naming what to install (OmegaConf wraps the
         # error of a resolver; amago-train's error handler prints the same line)
-        e = err  # nested interpolations wrap it once per level
-        while e is not None and not isinstance(e, ImportError):
-            e = e.__cause__ or e.__context__
-        if not isinstance(e, ImportError):
+        e = wrapped_import_error(err)
+        if e is None:
             raise
         assert group == "env" and "envs need the" in str(e) and "\n" not in str(e), str(e)
         pytest.skip(f"{group}={option}: {e}")

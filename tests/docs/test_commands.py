@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, wrapped_import_error
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -204,10 +204,8 @@ def compose_only(overrides: list[str]) -> None:
         try:
             OmegaConf.to_container(job, resolve=True)
         except InterpolationResolutionError as err:  # a resolver that asks a suite (env=popgym's window)
-            missing = err  # nested interpolations wrap it once per level
-            while missing is not None and not isinstance(missing, ImportError):
-                missing = missing.__cause__ or missing.__context__
-            if not (isinstance(missing, ImportError) and "envs need the" in str(missing)):
+            missing = wrapped_import_error(err)
+            if missing is None or "envs need the" not in str(missing):
                 raise
             assert "\n" not in str(missing), str(missing)  # one line naming what to install
             pytest.skip(f"the command needs an optional suite: {missing}")
