@@ -131,6 +131,7 @@ OPTIONS = {
     "offline_only": {"online_coeff": 0.0, "offline_coeff": 1.0},
     "both_terms": {"online_coeff": 0.5, "offline_coeff": 0.5},
     "n_step": {"n_step": 3},
+    "n_step_tree_backup": {"n_step": 3, "n_step_traces": "tree_backup"},
     "k_samples": {"num_actions_for_value_in_critic_loss": 2, "num_actions_for_value_in_actor_loss": 3},
     "no_target_actor": {"use_target_actor": False},
     "no_popart": {"popart": False},
@@ -352,6 +353,47 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
     run(agent, batch, backward=False)
     torch.testing.assert_close(seen["gammas"], torch.tensor([0.97]))
     assert agent.actor(torch.randn(1, 1, 16)).mode().shape == (1, 1, 1, 2)  # one policy per gamma
+
+
+def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatch):
+    """The discrete Agent's tree-backup targets get V(s_{t+1}) under the target policy, Q(s_{t+1}, a_{t+1}) of the
+    data's next action from the same REDQ members, and pi(a_{t+1} | s_{t+1}); with a policy that always takes the
+    data's action they are the plain n-step sum."""
+    seen = {}
+    real = agent_module.tree_backup_targets
+
+    def spy(r, d, v, q, pi, gammas, mask, n_step):
+        seen.update(v=v.clone(), q=q.clone(), pi=pi.clone(), n_step=n_step)
+        return real(r, d, v, q, pi, gammas, mask, n_step)
+
+    monkeypatch.setattr(agent_module, "tree_backup_targets", spy)
+    agent = make_agent(Agent, "discrete", n_step=3, n_step_traces="tree_backup", num_critics=2, num_critics_td=2)
+    assert agent.tree_backup and agent.describe().endswith("3-step tree-backup targets")
+    agent.eval()  # no dropout draws: the states below are the forward pass's
+    batch = random_batch(ACTION_SPACES["discrete"], obs_space())
+    run(agent, batch, backward=False)
+    assert seen["n_step"] == 3 and seen["pi"].shape == seen["v"].shape == seen["q"].shape
+    # the probabilities are those the target actor gives the data's next actions
+    s, mask = agent._encode(batch)
+    probs = agent.policy(agent.target_actor, s[:, 1:], batch.obs, slice(1, None)).probs
+    a_next = batch.actions[:, 1:].argmax(-1)  # (B, T-1)
+    expect = probs[:, :-1].gather(-1, a_next[:, :, None, None].expand(-1, -1, probs.shape[2], 1))[..., 0]
+    real_next = mask[:, 1:].bool().expand_as(expect)  # where a_{t+1} is a real action (elsewhere the trace is cut)
+    torch.testing.assert_close(seen["pi"][:, :-1][real_next], expect[real_next])
+
+
+@pytest.mark.parametrize("kind", ["continuous", "multibinary"])
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_tree_backup_without_action_probabilities_is_one_step(agent_name, kind):
+    agent = make_agent(AGENTS[agent_name], kind, n_step=3, n_step_traces="tree_backup")
+    assert agent.n_step == 1 and not agent.tree_backup
+    assert "1-step targets (tree backup over n_step 3 needs" in agent.describe()
+    assert make_agent(AGENTS[agent_name], kind, n_step=3).n_step == 3  # the plain sum applies to every space
+
+
+def test_unknown_n_step_traces_is_one_clear_error():
+    with pytest.raises(ValueError, match="n_step_traces='retrace': choose one of uncorrected, tree_backup"):
+        make_agent(Agent, "discrete", n_step=3, n_step_traces="retrace")
 
 
 @pytest.mark.parametrize("agent_name,kind,layout,k_actor_seen,k_critic_seen", [

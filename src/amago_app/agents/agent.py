@@ -33,13 +33,14 @@ import torch.nn.functional as F
 
 from amago_app.agents.base import BaseAgent
 from amago_app.agents.filters import binary_filter
-from amago_app.agents.returns import nstep_targets
+from amago_app.agents.returns import nstep_targets, tree_backup_targets
 from amago_app.data.timestep import Batch, padding_mask
 from amago_app.nets.heads.actor import Actor
 from amago_app.nets.heads.critics import NCritics
 from amago_app.nets.heads.popart import PopArt
 
 MULTIGAMMAS = (0.1, 0.9, 0.95, 0.97, 0.99, 0.995)
+N_STEP_TRACES = ("uncorrected", "tree_backup")
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -105,6 +106,7 @@ class Agent(BaseAgent):
         popart: bool = True,
         use_target_actor: bool = True,
         n_step: int = 1,
+        n_step_traces: str = "uncorrected",
         pass_obs_keys_to_actor: list[str] | tuple[str, ...] | None = None,
     ):
         super().__init__()
@@ -115,6 +117,8 @@ class Agent(BaseAgent):
             raise ValueError(f"online_coeff={online_coeff} / offline_coeff={offline_coeff}: need >= 0, not both 0")
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if n_step_traces not in N_STEP_TRACES:
+            raise ValueError(f"n_step_traces={n_step_traces!r}: choose one of {', '.join(N_STEP_TRACES)}")
         if not 0.0 < tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {tau}")
         if num_actions_for_value_in_critic_loss < 1 or num_actions_for_value_in_actor_loss < 1:
@@ -161,6 +165,17 @@ class Agent(BaseAgent):
         self.fake_filter = fake_filter
         self.fbc_filter = fbc_filter_func or binary_filter
         self.use_target_actor, self.n_step = use_target_actor, n_step
+        # Tree backup weighs a later step by the policy's probability of the data's action there; where that
+        # probability is not known exactly (continuous or multibinary actions, sample-valued critics) its trace is
+        # cut at once, which is the 1-step target. The start-up line says which rule a run got.
+        self.tree_backup = n_step > 1 and n_step_traces == "tree_backup" and self._has_q_table()
+        if n_step > 1 and n_step_traces == "tree_backup" and not self.tree_backup:
+            self.n_step = 1
+            self.target_rule = (f"1-step targets (tree backup over n_step {n_step} needs the policy's probability of "
+                                f"the data's action: discrete actions with the Agent; agent.n_step_traces=uncorrected "
+                                f"sums {n_step} rewards)")
+        else:
+            self.target_rule = f"{n_step}-step{' tree-backup' if self.tree_backup else ''} targets"
         self.k_critic, self.k_actor = self._num_action_samples(num_actions_for_value_in_critic_loss,
                                                                num_actions_for_value_in_actor_loss)
 
@@ -196,7 +211,7 @@ class Agent(BaseAgent):
     def describe(self) -> str:
         return (f"{type(self).__name__}: {type(self.tstep_encoder).__name__} -> {type(self.traj_encoder).__name__} "
                 f"(max_seq_len {self.max_seq_len}), {self.num_gammas} gammas, {self.num_critics} critics, "
-                f"online {self.online_coeff} / offline {self.offline_coeff}")
+                f"online {self.online_coeff} / offline {self.offline_coeff}, {self.target_rule}")
 
     @torch.no_grad()
     def update_targets(self) -> None:
@@ -276,6 +291,13 @@ class Agent(BaseAgent):
         """The members REDQ reads per (b, t, g): (B, T, num_critics_td, G, 1) indices into C."""
         return torch.randint(C, (B, T, self.num_critics_td, self.num_gammas, 1), device=device)
 
+    def _redq_pair(self, v: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """REDQ's reduction of two (B, T, C, G, 1) tensors with the same drawn members (tree backup reads a
+        state's value and the data action's value from the same critics)."""
+        B, T, C = v.shape[:3]
+        pick = self._redq_draw(B, T, C, v.device)
+        return self._redq_reduce(v.gather(2, pick)), self._redq_reduce(q.gather(2, pick))
+
     def _redq_reduce(self, q_sub: torch.Tensor) -> torch.Tensor:
         return q_sub.min(2).values if self.online_coeff > 0 else q_sub.mean(2)
 
@@ -329,6 +351,19 @@ class Agent(BaseAgent):
         r = self.reward_multiplier * batch.rews
         y = nstep_targets(r, batch.dones, q_next[..., 0], self.gammas, mask, self.n_step)
         return y.unsqueeze(-1)
+
+    def _tree_backup_targets(self, batch: Batch, v_next: torch.Tensor, q_data_next: torch.Tensor,
+                             pi_data: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, G, 1) values of s_{t+1} and of (s_{t+1}, a_{t+1}), pi(a_{t+1} | s_{t+1}) (B, T, G) -> tree-backup
+        targets y (B, T, G, 1) in the scaled return space."""
+        r = self.reward_multiplier * batch.rews
+        y = tree_backup_targets(r, batch.dones, v_next[..., 0], q_data_next[..., 0], pi_data, self.gammas, mask,
+                                self.n_step)
+        return y.unsqueeze(-1)
+
+    def _has_q_table(self) -> bool:
+        """Whether the critics give Q(s, a) of every action (a discrete action space)."""
+        return self.discrete
 
     def _filter_weights(self, adv: torch.Tensor) -> torch.Tensor:
         if self.fake_filter:
@@ -412,12 +447,21 @@ class Agent(BaseAgent):
             actor_next = self.target_actor if self.use_target_actor else self.actor
             next_dist = self.policy(actor_next, s_next, batch.obs, slice(1, None))
             if self.discrete:
-                q_next = NCritics.value_of(self._discrete_q_table(self.target_critics, s_next), next_dist.probs)
-                q_next = self._redq(self.popart.denormalize(q_next))  # (B, T, G, 1), current PopArt stats
+                q_tab = self._discrete_q_table(self.target_critics, s_next)
+                q_next = self.popart.denormalize(NCritics.value_of(q_tab, next_dist.probs))  # current PopArt stats
+                if self.tree_backup:
+                    a_data = self._buffer_actions(batch.actions)[:, 1:]  # a_{t+1} one-hot: (B, T, G, n)
+                    q_data_next = self.popart.denormalize(NCritics.value_of(q_tab, a_data))
+                    q_next, q_data_next = self._redq_pair(q_next, q_data_next)
+                    pi_data = (next_dist.probs * a_data).sum(-1)  # pi(a_{t+1} | s_{t+1}): (B, T, G)
+                    y = self._tree_backup_targets(batch, q_next, q_data_next, pi_data, mask)
+                else:
+                    q_next = self._redq(q_next)  # (B, T, G, 1)
             else:
                 a_next = next_dist.sample((self.k_critic,))
                 q_next = self._redq_target(s_next, a_next)
-            y = self._td_targets(batch, q_next, mask)
+            if not (self.discrete and self.tree_backup):
+                y = self._td_targets(batch, q_next, mask)
             self.popart.update_stats(y, mask_g)
             y_norm = self.popart.normalize_values(y)
         td = self.popart(q_data) - y_norm.unsqueeze(2)  # (B, T, C, G, 1)

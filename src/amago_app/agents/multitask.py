@@ -67,6 +67,9 @@ class MultiTaskAgent(Agent):
             raise ValueError(f"{type(critics).__name__} gives per-action outputs, which only a discrete action "
                              "space has; continuous and multibinary actions need an action-conditioned critic")
 
+    def _has_q_table(self) -> bool:
+        return False  # its targets keep the plain n-step sum (n_step_traces applies to the Agent)
+
     def _policy_is_differentiable(self) -> bool:
         return self.actor.dist.has_rsample
 

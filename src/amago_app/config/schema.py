@@ -362,6 +362,12 @@ class AgentConfig:
     popart: bool = True
     use_target_actor: bool = True
     n_step: int = 1
+    """Rewards summed before the target bootstraps."""
+    n_step_traces: str = "uncorrected"
+    """How n_step > 1 treats the data's later actions. uncorrected: sum the rewards they earned (AMAGO's rule;
+    exploration noise lowers the target) | tree_backup: weigh each later step by the policy's probability of the
+    data's action and take the rest of the policy's value from the critic (exact for discrete actions with the
+    Agent; other action spaces and the MultiTaskAgent keep the plain sum)."""
     pass_obs_keys_to_actor: Optional[list[str]] = None
     """Raw observation keys handed to the actor as `actor(state, obs)` (e.g. action masks for custom actors)."""
 
