@@ -124,6 +124,7 @@ TRANSLATION = {
                  "reward_multiplier", "tau", "fake_filter", "num_actions_for_value_in_critic_loss",
                  "num_actions_for_value_in_actor_loss", "popart", "use_target_actor", "use_multigamma", "n_step",
                  "pass_obs_keys_to_actor")},
+    "agent.n_step_traces": "own:uncorrected",  # the original sums n rewards whatever the actions were
     "agent.multigammas": "gin:amago.agent.Multigammas.{discrete_or_continuous}",
     "agent.fbc_filter_func._target_": "class:filter",
     "agent.fbc_filter_func.threshold": "gin:amago.agent.binary_filter.threshold",

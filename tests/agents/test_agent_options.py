@@ -130,8 +130,8 @@ OPTIONS = {
     "online_only": {"online_coeff": 1.0, "offline_coeff": 0.0},
     "offline_only": {"online_coeff": 0.0, "offline_coeff": 1.0},
     "both_terms": {"online_coeff": 0.5, "offline_coeff": 0.5},
-    "n_step": {"n_step": 3},
-    "n_step_tree_backup": {"n_step": 3, "n_step_traces": "tree_backup"},
+    "one_step": {"n_step": 1},
+    "n_step_uncorrected": {"n_step": 3, "n_step_traces": "uncorrected"},
     "k_samples": {"num_actions_for_value_in_critic_loss": 2, "num_actions_for_value_in_actor_loss": 3},
     "no_target_actor": {"use_target_actor": False},
     "no_popart": {"popart": False},
@@ -343,7 +343,7 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
 
     monkeypatch.setattr(agent_module, "nstep_targets", spy)
     agent = make_agent(AGENTS[agent_name], "continuous", gamma=0.97, multigammas=[0.3, 0.8], n_step=4,
-                       reward_multiplier=2.5)
+                       n_step_traces="uncorrected", reward_multiplier=2.5)
     batch = random_batch(ACTION_SPACES["continuous"], obs_space())
     run(agent, batch, backward=False)
     torch.testing.assert_close(seen["gammas"], torch.tensor([0.3, 0.8, 0.97]))
@@ -387,8 +387,8 @@ def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatc
 def test_tree_backup_without_action_probabilities_is_one_step(agent_name, kind):
     agent = make_agent(AGENTS[agent_name], kind, n_step=3, n_step_traces="tree_backup")
     assert agent.n_step == 1 and not agent.tree_backup
-    assert "1-step targets (tree backup over n_step 3 needs" in agent.describe()
-    assert make_agent(AGENTS[agent_name], kind, n_step=3).n_step == 3  # the plain sum applies to every space
+    assert "1-step targets (tree backup needs discrete actions with the Agent" in agent.describe()
+    assert make_agent(AGENTS[agent_name], kind, n_step=3, n_step_traces="uncorrected").n_step == 3  # every space
 
 
 def test_unknown_n_step_traces_is_one_clear_error():
@@ -874,12 +874,12 @@ HYDRA_CASES = [
      and filter_is(a, [0.0005, 0.002], [0.0, 1.0])),
     ("multibinary", ["agent.actor.multibinary_dist_type=multibinary", "agent.online_coeff=0", "agent.offline_coeff=1",
                      "agent.gamma=0.99", "agent.multigammas=[0.5,0.9]", "agent.num_critics=3", "agent.num_critics_td=3",
-                     "agent.n_step=3", "agent.use_target_actor=false", "agent.reward_multiplier=1", "agent.tau=0.01",
+                     "agent.n_step=4", "agent.n_step_traces=uncorrected", "agent.use_target_actor=false", "agent.reward_multiplier=1", "agent.tau=0.01",
                      "agent.critic_loss_weight=1", "agent.popart=false", "agent.pass_obs_keys_to_actor=[observation]",
                      "agent.critic.n_layers=1", "agent.critic.activation=gelu", "agent.actor.n_layers=1"],
      lambda a: isinstance(dist_of(a), Multibinary) and (a.online_coeff, a.offline_coeff) == (0.0, 1.0)
      and a.gammas.tolist() == pytest.approx([0.5, 0.9, 0.99]) and a.critics.num_critics == 3
-     and a.num_critics_td == 3 and a.n_step == 3 and not a.use_target_actor
+     and a.num_critics_td == 3 and a.n_step == 4 and not a.use_target_actor
      and (a.reward_multiplier, a.tau, a.critic_loss_weight) == (1.0, 0.01, 1.0) and not a.popart.enabled
      and a.pass_obs_keys_to_actor == ["observation"] and len(a.critics.hidden) == 0
      and isinstance(a.critics.act, torch.nn.GELU)

@@ -105,8 +105,8 @@ class Agent(BaseAgent):
         fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] | None = None,
         popart: bool = True,
         use_target_actor: bool = True,
-        n_step: int = 1,
-        n_step_traces: str = "uncorrected",
+        n_step: int = 3,
+        n_step_traces: str = "tree_backup",
         pass_obs_keys_to_actor: list[str] | tuple[str, ...] | None = None,
     ):
         super().__init__()
@@ -171,9 +171,8 @@ class Agent(BaseAgent):
         self.tree_backup = n_step > 1 and n_step_traces == "tree_backup" and self._has_q_table()
         if n_step > 1 and n_step_traces == "tree_backup" and not self.tree_backup:
             self.n_step = 1
-            self.target_rule = (f"1-step targets (tree backup over n_step {n_step} needs the policy's probability of "
-                                f"the data's action: discrete actions with the Agent; agent.n_step_traces=uncorrected "
-                                f"sums {n_step} rewards)")
+            self.target_rule = (f"1-step targets (tree backup needs discrete actions with the Agent; "
+                                f"agent.n_step_traces=uncorrected sums {n_step} rewards)")
         else:
             self.target_rule = f"{n_step}-step{' tree-backup' if self.tree_backup else ''} targets"
         self.k_critic, self.k_actor = self._num_action_samples(num_actions_for_value_in_critic_loss,

@@ -361,13 +361,13 @@ class AgentConfig:
     """Advantage filter of the BC term, chosen with agent/fbc_filter_func=binary (default) | exp | leaky_relu."""
     popart: bool = True
     use_target_actor: bool = True
-    n_step: int = 1
-    """Rewards summed before the target bootstraps."""
-    n_step_traces: str = "uncorrected"
-    """How n_step > 1 treats the data's later actions. uncorrected: sum the rewards they earned (AMAGO's rule;
-    exploration noise lowers the target) | tree_backup: weigh each later step by the policy's probability of the
-    data's action and take the rest of the policy's value from the critic (exact for discrete actions with the
-    Agent; other action spaces and the MultiTaskAgent keep the plain sum)."""
+    n_step: int = 3
+    """Steps of the data a target looks ahead before it bootstraps (the original AMAGO's: 1)."""
+    n_step_traces: str = "tree_backup"
+    """How n_step > 1 treats the data's later actions. tree_backup: weigh each later step by the policy's probability
+    of the data's action and take the rest of the policy's value from the critic, so exploration noise does not lower
+    the target (discrete actions with the Agent; elsewhere that probability is not known and targets are 1-step) |
+    uncorrected: sum the rewards the data earned (AMAGO's rule, every action space)."""
     pass_obs_keys_to_actor: Optional[list[str]] = None
     """Raw observation keys handed to the actor as `actor(state, obs)` (e.g. action masks for custom actors)."""
 
