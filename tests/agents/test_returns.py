@@ -4,21 +4,25 @@ import torch
 from amago_app.agents.returns import nstep_targets, tree_backup_targets
 
 
-def brute_force(r, d, q, gammas, mask, n):
-    """Direct loop over the definition (docs/design.md, "Losses")."""
-    B, T, _ = r.shape
-    y = torch.zeros(B, T, len(gammas))
-    for b in range(B):
+def real_targets(mask, gammas, n):
+    """Every (b, t, gamma index, gamma, k) of a real transition, k = min(n, real transitions left)."""
+    for b in range(mask.shape[0]):
         real = int(mask[b].sum())
         for t in range(real):
             for gi, g in enumerate(gammas.tolist()):
-                k = min(n, real - t)
-                total, alive = 0.0, 1.0
-                for i in range(k):
-                    total += g**i * alive * float(r[b, t + i, 0])
-                    alive *= 1.0 - float(d[b, t + i, 0])
-                total += g**k * alive * float(q[b, t + k - 1, gi])
-                y[b, t, gi] = total
+                yield b, t, gi, g, min(n, real - t)
+
+
+def brute_force(r, d, q, gammas, mask, n):
+    """Direct loop over the definition (docs/design.md, "Losses")."""
+    y = torch.zeros(*r.shape[:2], len(gammas))
+    for b, t, gi, g, k in real_targets(mask, gammas, n):
+        total, alive = 0.0, 1.0
+        for i in range(k):
+            total += g**i * alive * float(r[b, t + i, 0])
+            alive *= 1.0 - float(d[b, t + i, 0])
+        total += g**k * alive * float(q[b, t + k - 1, gi])
+        y[b, t, gi] = total
     return y
 
 
@@ -56,20 +60,15 @@ def tree_backup_brute_force(r, d, v, q, pi, gammas, mask, n):
     """The expanded tree-backup return: for k = min(n, real transitions left),
         y_t = sum_{i<k} w_i [r_{t+i} + g (1 - d_{t+i}) (V_{t+i+1} - 1[i < k-1] pi_{t+i+1} Q_{t+i+1})],
         w_0 = 1, w_{i+1} = w_i g (1 - d_{t+i}) pi_{t+i+1}."""
-    B, T, _ = r.shape
-    y = torch.zeros(B, T, len(gammas))
-    for b in range(B):
-        real = int(mask[b].sum())
-        for t in range(real):
-            for gi, g in enumerate(gammas.tolist()):
-                k = min(n, real - t)
-                total, w = 0.0, 1.0
-                for i in range(k):
-                    alive = 1.0 - float(d[b, t + i, 0])
-                    cut = float(pi[b, t + i, gi] * q[b, t + i, gi]) if i < k - 1 else 0.0
-                    total += w * (float(r[b, t + i, 0]) + g * alive * (float(v[b, t + i, gi]) - cut))
-                    w *= g * alive * float(pi[b, t + i, gi])
-                y[b, t, gi] = total
+    y = torch.zeros(*r.shape[:2], len(gammas))
+    for b, t, gi, g, k in real_targets(mask, gammas, n):
+        total, w = 0.0, 1.0
+        for i in range(k):
+            alive = 1.0 - float(d[b, t + i, 0])
+            cut = float(pi[b, t + i, gi] * q[b, t + i, gi]) if i < k - 1 else 0.0
+            total += w * (float(r[b, t + i, 0]) + g * alive * (float(v[b, t + i, gi]) - cut))
+            w *= g * alive * float(pi[b, t + i, gi])
+        y[b, t, gi] = total
     return y
 
 
