@@ -356,9 +356,8 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
 
 
 def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatch):
-    """The discrete Agent's tree-backup targets get V(s_{t+1}) under the target policy, Q(s_{t+1}, a_{t+1}) of the
-    data's next action from the same REDQ members, and pi(a_{t+1} | s_{t+1}); with a policy that always takes the
-    data's action they are the plain n-step sum."""
+    """The discrete Agent's tree-backup targets get pi(a_{t+1} | s_{t+1}) from the target actor, beside V(s_{t+1})
+    and Q(s_{t+1}, a_{t+1}) of the same shape (the formula itself: tests/agents/test_returns.py)."""
     seen = {}
     real = agent_module.tree_backup_targets
 
@@ -389,6 +388,11 @@ def test_tree_backup_without_action_probabilities_is_one_step(agent_name, kind):
     assert agent.n_step == 1 and not agent.tree_backup
     assert "1-step targets (tree backup needs discrete actions with the Agent" in agent.describe()
     assert make_agent(AGENTS[agent_name], kind, n_step=3, n_step_traces="uncorrected").n_step == 3  # every space
+
+
+def test_the_multitask_agent_on_discrete_actions_keeps_one_step_under_tree_backup():
+    agent = make_agent(MultiTaskAgent, "discrete", n_step=3, n_step_traces="tree_backup")
+    assert agent.n_step == 1 and not agent.tree_backup
 
 
 def test_unknown_n_step_traces_is_one_clear_error():

@@ -168,8 +168,9 @@ class Agent(BaseAgent):
         # Tree backup weighs a later step by the policy's probability of the data's action there; where that
         # probability is not known exactly (continuous or multibinary actions, sample-valued critics) its trace is
         # cut at once, which is the 1-step target. The start-up line says which rule a run got.
-        self.tree_backup = n_step > 1 and n_step_traces == "tree_backup" and self._has_q_table()
-        if n_step > 1 and n_step_traces == "tree_backup" and not self.tree_backup:
+        wants_tree = n_step > 1 and n_step_traces == "tree_backup"
+        self.tree_backup = wants_tree and self._has_q_table()
+        if wants_tree and not self.tree_backup:
             self.n_step = 1
             self.target_rule = (f"1-step targets (tree backup needs discrete actions with the Agent; "
                                 f"agent.n_step_traces=uncorrected sums {n_step} rewards)")
@@ -459,7 +460,7 @@ class Agent(BaseAgent):
             else:
                 a_next = next_dist.sample((self.k_critic,))
                 q_next = self._redq_target(s_next, a_next)
-            if not (self.discrete and self.tree_backup):
+            if not self.tree_backup:  # (tree backup set y above)
                 y = self._td_targets(batch, q_next, mask)
             self.popart.update_stats(y, mask_g)
             y_norm = self.popart.normalize_values(y)
