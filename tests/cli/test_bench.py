@@ -40,6 +40,28 @@ def test_what_amago_bench_reports_is_the_presets(name, exported):
     assert cfg.trainer.val_interval and cfg.trainer.val_timesteps_per_epoch > 0
 
 
+def test_the_defaults_variant_keeps_the_rows_env_and_budget_and_nothing_else():
+    """`amago-bench --defaults` runs a row as a user's own env would run: the preset's env and budget, every other
+    setting at the defaults. On tmaze_h50 what differs from the preset is exactly the preset's tuning."""
+    from amago_app.trainer.run import flat_config
+
+    for name in bench_rows.row_names():
+        t = bench_rows.task(name)
+        preset, plain = (flat_config(bench_rows.compose(bench_rows.run_overrides(t, v)))
+                         for v in ("memory", bench_rows.DEFAULTS))
+        for key in ("trainer.epochs", *(f"trainer.{k}" for k in bench_rows.BUDGET_KEYS), "env.parallel_actors",
+                    "env.make._target_", "env.name"):
+            assert plain[key] == preset[key], (name, key)
+    t = bench_rows.task("tmaze_h50")
+    preset, plain = bench_rows.settings(t, "memory"), bench_rows.settings(t, bench_rows.DEFAULTS)
+    differ = {k: (preset.get(k), plain.get(k)) for k in set(preset) | set(plain) if preset.get(k) != plain.get(k)}
+    assert differ == {"agent.tau": (0.003, 0.005), "agent.n_step": (1, 3), "trainer.greedy_actor_fraction": (0.5, 0.0),
+                      "traj_encoder.qkv_gain": (3.0, 1.0)}
+    # POPGym's window is derived from the task at the defaults, not taken from the preset's env.horizon
+    t = bench_rows.task("popgym_repeat_previous")
+    assert "env.horizon=64" not in bench_rows.run_overrides(t, bench_rows.DEFAULTS)
+
+
 def test_a_typo_in_a_bench_block_fails_at_compose_time(tmp_path):
     r = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--export-settings", "--tasks", "cartpole",
                         "--override", "bench.treshold=1"], capture_output=True, text=True, timeout=120,

@@ -50,7 +50,7 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
     out, page = tmp_path / "bench", tmp_path / "docs" / "results.md"
     page.parent.mkdir()
     page.write_text(PROSE_ABOVE + f"{BEGIN}\nold numbers\n{END}" + PROSE_BELOW)
-    r = _bench("--tasks", "cartpole", "--seeds", "0", "--jobs", "1", "--out", str(out), *TINY)
+    r = _bench("--tasks", "cartpole", "--seeds", "0", "--defaults", "--jobs", "2", "--out", str(out), *TINY)
     assert r.returncode == 0, r.stderr[-2000:]
     # the original's runs at the same settings (what compare_original.py writes), and one at other settings
     exported = json.loads(_bench("--export-settings", "--tasks", "cartpole", *TINY).stdout)
@@ -78,9 +78,14 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
     # the original beside it: seeds 0-1 (seed 2 ran at other settings), 1 of 2 reached at 3 updates / 40 env
     # steps, final 450 with its 95% interval (t 12.71 x 50 / sqrt(2) x sqrt(2)), 80 CPU s per run
     assert cells[8] == "seeds 0, 1: 1/2, 3 / 40, 450 [-185, 1,085], 80 CPU s"
-    assert cells[9] == "[curves](bench/cartpole.png)" and (page.parent / "bench" / "cartpole.png").stat().st_size > 1000
+    # the row at amago_app's defaults (its env and budget only): neither side reached, so the finals are compared
+    dflt = json.loads((out / "cartpole.json").read_text())["variants"]["defaults"]["seeds"]["0"]
+    assert cells[9] == (f"seeds 0: 0/1, -, {dflt['final']:.3g} (1 seed); final {dflt['final']:.3g} against the "
+                        f"preset's {mine['final']:.3g}")
+    assert cells[10] == "[curves](bench/cartpole.png)" and (page.parent / "bench" / "cartpole.png").stat().st_size > 1000
     assert ("`amago-bench --tasks cartpole --seeds 0 --budget-scale 0.05 --override trainer.train_batches_per_epoch=3"
             in generated)
+    assert "at amago_app's defaults: `amago-bench --tasks cartpole --seeds 0 --defaults --budget-scale 0.05" in generated
     assert "python scripts/compare_original.py --amago <checkout of UT-Austin-RPL/amago at 0123456789ab>" in generated
 
     # at other settings the same runs are not the row's figures: left out and counted

@@ -15,6 +15,10 @@ Runs of the original AMAGO made by `scripts/compare_original.py` (variants `orig
 same metrics files) are read too: the plot draws them in their own colours and results.md gets one table per
 such row comparing amago_app and the original, seed by seed, in both validation action modes.
 
+`--defaults` also runs each row at amago_app's defaults (variant `defaults`): the preset's env and budget and
+nothing else of it, the way a user's own env runs. The reports put it beside the preset with the share of the
+preset's result it reaches (its median updates to the threshold against the defaults', or the final values).
+
 Runs that finished before (a `bench_done.json` in their directory) are not run again, so a matrix can be
 filled in over several invocations into the same `--out`; a run that did not finish is started again from
 scratch (its directory is replaced; an `amago-train` never writes into a directory holding another run). Each
@@ -55,6 +59,7 @@ examples:
   amago-bench                                   # every row, 3 seeds, as many parallel runs as cores
   amago-bench --tasks tmaze_h50,pendulum --seeds 0,1,2 --out bench/today
   amago-bench --tasks cartpole --budget-scale 0.1 --seeds 0     # a smoke test of the machinery
+  amago-bench --tasks tmaze_h50 --defaults      # the row's preset and the row at the defaults, side by side
   amago-bench --report-only                     # the tables, curves and docs/results.md from the runs in ./bench
   amago-bench --export-settings --tasks cartpole  # the row's composed settings, JSON"""
 
@@ -74,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench", help="output folder (default: ./bench)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="an amago-train override for every run (repeatable), e.g. trainer.train_batches_per_epoch=10")
+    p.add_argument("--defaults", action="store_true",
+                   help="also run each row at amago_app's defaults: its env and budget, nothing else of its preset "
+                        "(variant `defaults`), to measure what the preset adds")
     p.add_argument("--report-only", action="store_true",
                    help="only (re)write the results from finished runs, and the generated part of --results-page")
     p.add_argument("--results-page", default="docs/results.md", metavar="PATH",
@@ -136,7 +144,7 @@ def _run(args, names: list[str], seeds: list[int], baseline_seeds: list[int] | N
     out = Path(args.out)
     failed, jobs = [], []
     if not args.report_only:
-        jobs = bench_run.jobs_for(names, seeds, out, args.budget_scale, args.override, baseline_seeds)
+        jobs = bench_run.jobs_for(names, seeds, out, args.budget_scale, args.override, baseline_seeds, args.defaults)
         out.mkdir(parents=True, exist_ok=True)
         stop = bench_run.StopMatrix()
         previous = stop.install() if threading.current_thread() is threading.main_thread() else {}

@@ -3,8 +3,10 @@
 disk made at the row's current settings (runs at other settings are left out and counted): seeds, seeds that
 reached the threshold, median updates and env steps to it, the final value with its 95% interval over seeds, CPU
 seconds per run and the CPU they ran on; the original AMAGO's figures beside them where its runs at the same
-settings are on disk (scripts/compare_original.py); one plot per row (bench/<row>.png beside the page) and the
-commands that reproduce both sides. A row without such runs says "not run".
+settings are on disk (scripts/compare_original.py); the row at amago_app's defaults (its env and budget only,
+`amago-bench --defaults`) and how much of the preset's result they reach, where those runs are on disk; one plot
+per row (bench/<row>.png beside the page) and the commands that reproduce every side. A row without such runs
+says "not run".
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from amago_app.cli import bench_rows
 from amago_app.cli.bench_report import _fmt, plot_task
 from amago_app.cli.bench_run import read_outcome
-from amago_app.cli.bench_score import ORIGINAL_VARIANTS, task_result
+from amago_app.cli.bench_score import ORIGINAL_VARIANTS, preset_share, task_result
 from amago_app.rundir import atomic_write_bytes
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -33,7 +35,7 @@ def current_settings_filter(name: str, scale: float, extra: list[str]):
     """keep(variant, run_dir): the run finished and was made at the row's settings as they compose now (the
     original's runs: the settings compare_original.py was given, against the amago_app variant they mirror)."""
     t = bench_rows.task(name)
-    now = {v: bench_rows.digest(bench_rows.settings(t, v, scale, extra)) for v in bench_rows.variants(t)}
+    now = {v: bench_rows.digest(bench_rows.settings(t, v, scale, extra)) for v in bench_rows.variants(t, True)}
 
     def keep(variant: str, run_dir: Path) -> bool:
         outcome = read_outcome(run_dir)
@@ -85,8 +87,9 @@ def _figures(v: dict) -> dict | None:
             "left_out": v["left_out"]}
 
 
-def _bench_command(name: str, seeds: list[int], scale: float, extra: list[str]) -> str:
+def _bench_command(name: str, seeds: list[int], scale: float, extra: list[str], defaults: bool = False) -> str:
     parts = ["amago-bench", "--tasks", name, "--seeds", ",".join(map(str, seeds))]
+    parts += ["--defaults"] if defaults else []
     if scale != 1.0:
         parts += ["--budget-scale", f"{scale:g}"]
     for o in extra:
@@ -118,26 +121,32 @@ def row_lines(name: str, out: Path, page: Path, scale: float, extra: list[str]) 
     head = f"| [{name}](#{name}) | `{metric}` >= {_fmt(t.threshold)} |"
     png = page.parent / "bench" / f"{name}.png"  # drawn anew where the row has runs at its settings
     if not any((out / "runs" / name / "memory").glob("seed*")):  # (a curve already beside the page is kept)
-        return f"{head} not run | | | | | | | |", []
+        return f"{head} not run | | | | | | | | |", []
     result = task_result(name, out, None, keep=current_settings_filter(name, scale, extra))
     mine = _figures(result["variants"]["memory"])
     if mine is None:
         left = result["variants"]["memory"]["left_out"]
         note = f"not run (at these settings; {left} run(s) at other settings left out)" if left else "not run"
-        return f"{head} {note} | | | | | | | |", []
+        return f"{head} {note} | | | | | | | | |", []
     originals = {v: _figures(result["variants"][v]) for v in ORIGINAL_VARIANTS if v in result["variants"]}
     orig = originals.get("original")
     seeds = _seeds(mine["seeds"]) + (f" (+{mine['left_out']} at other settings, left out)" if mine["left_out"] else "")
     theirs = ("not run" if orig is None else
               f"seeds {_seeds(orig['seeds'])}: {orig['reached']}, {orig['to_threshold']}, {orig['final']}, "
               f"{orig['cpu_s']} CPU s")
-    cpus = sorted(set(mine["cpus"]) | set(orig["cpus"] if orig else []))
+    dflt = _figures(result["variants"]["defaults"]) if "defaults" in result["variants"] else None
+    defaults_cell = ("not run" if dflt is None else
+                     f"seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, {dflt['final']}; "
+                     f"{preset_share(result['variants']['memory'], result['variants']['defaults'])}")
+    cpus = sorted(set(mine["cpus"]) | set(orig["cpus"] if orig else []) | set(dflt["cpus"] if dflt else []))
     png.parent.mkdir(parents=True, exist_ok=True)
     drawn = plot_task(result, png)
     plot = f"[curves](bench/{name}.png)" if drawn else "-"
     line = (f"{head} {seeds} | {mine['reached']} | {mine['to_threshold']} | {mine['final']} | {mine['cpu_s']} | "
-            f"{'; '.join(cpus) or 'not recorded'} | {theirs} | {plot} |")
+            f"{'; '.join(cpus) or 'not recorded'} | {theirs} | {defaults_cell} | {plot} |")
     commands = [f"- `{name}`: `{_bench_command(name, mine['seeds'], scale, extra)}`"]
+    if dflt is not None:
+        commands.append(f"  - at amago_app's defaults: `{_bench_command(name, dflt['seeds'], scale, extra, True)}`")
     if orig is not None:
         dirs = [out / "runs" / name / "original" / f"seed{s}" for s in orig["seeds"]]
         commands.append(f"  - the original AMAGO: `{_original_command(name, dirs, orig['seeds'], scale, extra)}`")
@@ -150,8 +159,10 @@ def region(names: list[str], out: Path, page: Path, scale: float = 1.0, extra: l
              "settings; validation in the preset's action mode, figures over seeds (final: mean [95% interval]).",
              "",
              "| row | success | seeds | reached | updates / env steps to threshold (median) | final | CPU s per run "
-             "| CPU | original AMAGO, same settings: seeds: reached, updates / env steps, final, CPU s per run | plot |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| CPU | original AMAGO, same settings: seeds: reached, updates / env steps, final, CPU s per run "
+             "| amago_app defaults, the row's env and budget only: seeds: reached, updates / env steps, final; "
+             "against the preset | plot |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     commands = []
     for name in names:
         line, cmds = row_lines(name, out, page, scale, list(extra))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from amago_app.cli.bench_score import ORIGINAL_VARIANTS, VARIANT_LABELS, task_result
+from amago_app.cli.bench_score import ORIGINAL_VARIANTS, VARIANT_LABELS, preset_share, task_result
 
 
 def _fmt(x, digits=3) -> str:
@@ -27,8 +27,8 @@ def _modes_cell(modes: dict) -> str:
 def markdown_table(results: list[dict]) -> str:
     lines = ["| row | threshold | seeds reached | wall / CPU s to threshold (median) | updates / env steps to "
              "threshold (median) | best / final (mean) | greedy / sampled validation: best / final (mean) | "
-             "updates/s | memory-free baseline best / final |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "updates/s | memory-free baseline best / final | amago_app defaults (env and budget only) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         m = r["variants"]["memory"]
         if m["partial"] and m["seeds_run"]:
@@ -38,19 +38,22 @@ def markdown_table(results: list[dict]) -> str:
         else:
             partial = ""
         if not m["seeds_run"]:
-            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | | |")
+            lines.append(f"| {r['task']} | {_fmt(r['threshold'])} | not yet run | | | | | | | |")
             continue
         ff = r["variants"].get("ff")
         base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
                                        f"{_fmt(ff['mean_best'])} / {_fmt(ff['mean_final'])} "
                                        f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
+        d = r["variants"].get("defaults")
+        dflt = "-" if d is None or not d["seeds_run"] else (
+            f"{d['seeds_reached']}/{d['seeds_run']} reached, final {_fmt(d['mean_final'])}: {preset_share(m, d)}")
         wall, cpu = m["median_wall_to_threshold_s"], m["median_cpu_seconds_to_threshold"]
         lines.append(
             f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']}{partial} | "
             f"{'-' if wall is None else f'{wall:.0f} s'} / {'-' if cpu is None else f'{cpu:.0f} s'} | "
             f"{_fmt(m['median_updates_to_threshold'])} / "
             f"{_fmt(m['median_env_steps_to_threshold'])} | {_fmt(m['mean_best'])} / {_fmt(m['mean_final'])} | "
-            f"{_modes_cell(m.get('modes', {}))} | {_fmt(m['mean_updates_per_s'])} | {base} |")
+            f"{_modes_cell(m.get('modes', {}))} | {_fmt(m['mean_updates_per_s'])} | {base} | {dflt} |")
     return "\n".join(lines) + "\n"
 
 
@@ -59,14 +62,18 @@ def _per_seed(values: list) -> str:
 
 
 def comparison_table(result: dict) -> str:
-    """One row's runs of amago_app and of the original AMAGO side by side: per variant and validation action
-    mode, the seeds that reached the threshold, then per seed (in the order of the seeds column) updates and
-    env steps at the first validation at or above it, the best and the final value, and the run's CPU seconds.
-    Empty when the row has no run of the original."""
+    """One row's runs of amago_app (its preset, and its defaults where they ran) and of the original AMAGO side
+    by side: per variant and validation action mode, the seeds that reached the threshold, then per seed (in the
+    order of the seeds column) updates and env steps at the first validation at or above it, the best and the
+    final value, and the run's CPU seconds. Empty when the row has neither run of the original nor of the
+    defaults."""
     variants = result["variants"]
-    if not any(v in variants for v in ORIGINAL_VARIANTS):
+    if not any(v in variants for v in (*ORIGINAL_VARIANTS, "defaults")):
         return ""
-    lines = [f"### {result['task']}: amago_app vs the original AMAGO (same settings and budget)", "",
+    originals = any(v in variants for v in ORIGINAL_VARIANTS)
+    title = ("amago_app vs the original AMAGO (same settings and budget)" if originals
+             else "the preset against amago_app's defaults (same env and budget)")
+    lines = [f"### {result['task']}: {title}", "",
              f"Threshold {_fmt(result['threshold'])} on `{result['metric']}`. Every run validated in both action "
              "modes on the same schedule; `val` mode is the one the run was configured with (the presets: greedy; "
              "the original's own default: sampled). Per-seed columns follow the seeds column; - = not reached.", "",
@@ -117,7 +124,8 @@ def task_figure(result: dict):
             "val_mode") else ""
         groups = {VARIANT_LABELS[v] + mode(v): runs for v, runs in groups.items()}
     else:
-        groups = {("memory-free (traj_encoder=ff)" if v == "ff" else "preset"): runs for v, runs in groups.items()}
+        names = {"ff": "memory-free (traj_encoder=ff)", "defaults": "amago_app defaults (env and budget only)"}
+        groups = {names.get(v, "preset"): runs for v, runs in groups.items()}
     if not groups:
         return None
     label = result["metric"] + (f" - {result['first_attempt_metric']}" if result["first_attempt_metric"] else "")

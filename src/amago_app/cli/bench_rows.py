@@ -3,6 +3,10 @@
 anywhere else: amago-bench composes the preset to learn the row's budget (trainer.epochs) and threshold, and
 `amago-bench --export-settings` hands the composed settings to `scripts/compare_original.py`, which runs the
 same row through the original AMAGO.
+
+A row's `defaults` variant (`amago-bench --defaults`) is what a user's own env would get: the preset's env option
+and `env:` keys and its budget, and nothing else of the preset (its networks, agent, exploration, buffer and
+trainer settings are the defaults'), so the page can say what each preset adds to the defaults.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def row_names() -> list[str]:
     return sorted(p.stem for p in (Path(config_dir()) / "experiment" / "bench").glob("*.yaml"))
 
 
-def compose(overrides: list[str]):
+def compose(overrides: list[str], return_hydra_config: bool = False):
     """The config `amago-train <overrides>` runs; a composition error (a typo in a preset's `bench:` block or an
     override) is one line."""
     from hydra import compose as hydra_compose
@@ -73,7 +77,7 @@ def compose(overrides: list[str]):
     setup()
     try:
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-            return hydra_compose("config", overrides=list(overrides))
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
     except Exception as e:  # noqa: BLE001 - re-raised unless it is a user error
         message = user_message(e)
         if message is None:
@@ -94,9 +98,62 @@ def task(name: str) -> Task:
                 b.first_attempt_metric)
 
 
-def variants(t: Task) -> list[str]:
-    """The amago_app variants of a row: the preset ("memory") and, for memory rows, `traj_encoder=ff` ("ff")."""
-    return ["memory", "ff"] if t.baseline else ["memory"]
+DEFAULTS = "defaults"
+"""The variant of a row at amago_app's defaults: the row's env and budget only (`defaults_overrides`)."""
+
+#: the trainer keys that are a row's budget and validation schedule (kept by its `defaults` variant; epochs is set
+#: with the budget scale)
+BUDGET_KEYS = ("train_timesteps_per_epoch", "train_batches_per_epoch", "val_interval", "val_timesteps_per_epoch")
+
+
+def variants(t: Task, defaults: bool = False) -> list[str]:
+    """The amago_app variants of a row: the preset ("memory"), for memory rows `traj_encoder=ff` ("ff"), and with
+    `defaults` the row's env and budget at amago_app's defaults ("defaults")."""
+    return ["memory", *(["ff"] if t.baseline else []), *([DEFAULTS] if defaults else [])]
+
+
+def _hydra_value(v) -> str:
+    """A config value as a Hydra override's value (strings quoted, so `${...}` stays an interpolation)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    text = str(v).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def _leaves(d: dict, prefix: str) -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@lru_cache(maxsize=None)
+def defaults_overrides(name: str) -> tuple[str, ...]:
+    """The overrides of the row's `defaults` variant (without its epochs): the preset's env option, each `env:` key
+    the preset sets (what composing that option alone gives differently) except those the option derives from the
+    task (e.g. POPGym's window from its episode length: a user's run derives it too), and its budget keys."""
+    from omegaconf import OmegaConf
+
+    cfg = compose([f"+experiment=bench/{name}"], return_hydra_config=True)
+    env_option = cfg.hydra.runtime.choices["env"]
+    plain = compose([f"env={env_option}"])
+    row_env = _leaves(OmegaConf.to_container(cfg.env, resolve=False), "env.")
+    plain_env = _leaves(OmegaConf.to_container(plain.env, resolve=False), "env.")
+    out = [f"env={env_option}"]
+    derived = {k for k, v in plain_env.items() if isinstance(v, str) and "${" in v}
+    out += [f"{k}={_hydra_value(v)}" for k, v in row_env.items()
+            if k not in derived and (k not in plain_env or plain_env[k] != v)]
+    out += [f"trainer.{k}={_hydra_value(cfg.trainer[k])}" for k in BUDGET_KEYS]
+    return tuple(out)
 
 
 def scaled_epochs(t: Task, scale: float) -> int:
@@ -107,7 +164,8 @@ def run_overrides(t: Task, variant: str, scale: float = 1.0, extra: list[str] = 
     """The overrides of one run of a row (without its seed): the preset at the scaled budget, validated in both
     action modes (the row is judged on the preset's mode; the table shows both)."""
     epochs = scaled_epochs(t, scale)
-    out = [f"+experiment=bench/{t.preset}", f"trainer.epochs={epochs}", "trainer.val_both_modes=true"]
+    start = list(defaults_overrides(t.preset)) if variant == DEFAULTS else [f"+experiment=bench/{t.preset}"]
+    out = [*start, f"trainer.epochs={epochs}", "trainer.val_both_modes=true"]
     if scale != 1.0:  # keep a few validations in a shrunk run
         out.append(f"trainer.val_interval={max(1, epochs // 4)}")
     out += list(extra)
@@ -128,7 +186,8 @@ def digest(learning_settings: dict) -> str:
 
 
 def export(names: list[str], scale: float = 1.0, extra: list[str] = ()) -> dict:
-    """`amago-bench --export-settings`: per row its `bench:` block, budget and the settings of each variant."""
+    """`amago-bench --export-settings`: per row its `bench:` block, budget and the settings of each variant (the
+    preset's and its memory-free baseline's: the ones the original AMAGO runs)."""
     out = {}
     for name in names:
         t = task(name)

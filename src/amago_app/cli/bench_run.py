@@ -36,7 +36,7 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 @dataclass
 class Job:
     task: str
-    variant: str  # "memory" (the preset as is) or "ff" (the memory-free baseline)
+    variant: str  # "memory" (the preset as is), "ff" (the memory-free baseline) or "defaults" (env and budget only)
     seed: int
     run_dir: Path
     overrides: list[str] = field(default_factory=list)
@@ -45,17 +45,17 @@ class Job:
 
 
 def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra: list[str] = (),
-             baseline_seeds: list[int] | None = None) -> list[Job]:
-    """The runs of `names`: `seeds` of each preset, and `baseline_seeds` (default: `seeds`) of the memory-free
-    baseline of memory rows. Each variant's settings are composed here, so a bad --override fails before any run
-    starts."""
+             baseline_seeds: list[int] | None = None, defaults: bool = False) -> list[Job]:
+    """The runs of `names`: `seeds` of each preset, `baseline_seeds` (default: `seeds`) of the memory-free
+    baseline of memory rows, and with `defaults` `seeds` of the row at amago_app's defaults. Each variant's
+    settings are composed here, so a bad --override fails before any run starts."""
     jobs = []
     for name in names:
         task = bench_rows.task(name)
-        for variant in bench_rows.variants(task):
+        for variant in bench_rows.variants(task, defaults):
             overrides = bench_rows.run_overrides(task, variant, scale, extra)
             fingerprint = bench_rows.digest(bench_rows.settings(task, variant, scale, extra))
-            variant_seeds = seeds if variant == "memory" or baseline_seeds is None else baseline_seeds
+            variant_seeds = seeds if variant != "ff" or baseline_seeds is None else baseline_seeds
             for seed in variant_seeds:
                 run_dir = out / "runs" / name / variant / f"seed{seed}"
                 jobs.append(Job(name, variant, seed, run_dir, overrides + [f"seed={seed}"], fingerprint))
