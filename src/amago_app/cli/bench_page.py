@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 
 from amago_app.cli import bench_rows
-from amago_app.cli.bench_report import _fmt, plot_task
+from amago_app.cli.bench_report import _fmt, plot_task, preset_share
 from amago_app.cli.bench_run import read_outcome
-from amago_app.cli.bench_score import ORIGINAL_VARIANTS, preset_share, task_result
+from amago_app.cli.bench_score import ORIGINAL_VARIANTS, task_result
 from amago_app.rundir import atomic_write_bytes
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -35,7 +36,12 @@ def current_settings_filter(name: str, scale: float, extra: list[str]):
     """keep(variant, run_dir): the run finished and was made at the row's settings as they compose now (the
     original's runs: the settings compare_original.py was given, against the amago_app variant they mirror)."""
     t = bench_rows.task(name)
-    now = {v: bench_rows.digest(bench_rows.settings(t, v, scale, extra)) for v in bench_rows.variants(t, True)}
+    known = bench_rows.variants(t, defaults=True)
+
+    @lru_cache(maxsize=None)
+    def now(variant: str) -> str | None:
+        """The variant's settings digest, composed only for variants that have runs on disk."""
+        return bench_rows.digest(bench_rows.settings(t, variant, scale, extra)) if variant in known else None
 
     def keep(variant: str, run_dir: Path) -> bool:
         outcome = read_outcome(run_dir)
@@ -44,8 +50,8 @@ def current_settings_filter(name: str, scale: float, extra: list[str]):
         if variant in ORIGINAL_VARIANTS:
             given = _original_settings(run_dir)
             mirrored = "memory" if variant == "original" else "ff"
-            return isinstance(given, dict) and bench_rows.digest(given) == now.get(mirrored)
-        return outcome.get("settings_digest") == now.get(variant)
+            return isinstance(given, dict) and bench_rows.digest(given) == now(mirrored)
+        return outcome.get("settings_digest") == now(variant)
 
     return keep
 
@@ -134,10 +140,10 @@ def row_lines(name: str, out: Path, page: Path, scale: float, extra: list[str]) 
     theirs = ("not run" if orig is None else
               f"seeds {_seeds(orig['seeds'])}: {orig['reached']}, {orig['to_threshold']}, {orig['final']}, "
               f"{orig['cpu_s']} CPU s")
-    dflt = _figures(result["variants"]["defaults"]) if "defaults" in result["variants"] else None
+    dflt = _figures(result["variants"][bench_rows.DEFAULTS]) if bench_rows.DEFAULTS in result["variants"] else None
     defaults_cell = ("not run" if dflt is None else
                      f"seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, {dflt['final']}; "
-                     f"{preset_share(result['variants']['memory'], result['variants']['defaults'])}")
+                     f"{preset_share(result['variants']['memory'], result['variants'][bench_rows.DEFAULTS])}")
     cpus = sorted(set(mine["cpus"]) | set(orig["cpus"] if orig else []) | set(dflt["cpus"] if dflt else []))
     png.parent.mkdir(parents=True, exist_ok=True)
     drawn = plot_task(result, png)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from amago_app.cli.bench_score import ORIGINAL_VARIANTS, VARIANT_LABELS, preset_share, task_result
+from amago_app.cli.bench_rows import DEFAULTS
+from amago_app.cli.bench_score import ORIGINAL_VARIANTS, VARIANT_LABELS, task_result
 
 
 def _fmt(x, digits=3) -> str:
@@ -16,6 +17,20 @@ def _fmt(x, digits=3) -> str:
     if isinstance(x, float) and abs(x) >= 100:
         return f"{x:,.0f}"
     return f"{x:.{digits}g}" if isinstance(x, float) else f"{x:,}"
+
+
+def preset_share(preset: dict, defaults: dict) -> str:
+    """What the defaults reach of what the preset reaches, from two variants of `task_result`: the preset's
+    median updates to the threshold over the defaults' (100% = as fast) where both reached it, else the two
+    final values."""
+    if not (preset["seeds_run"] and defaults["seeds_run"]):
+        return "-"
+    u_preset, u_defaults = preset["median_updates_to_threshold"], defaults["median_updates_to_threshold"]
+    if u_preset and u_defaults:
+        return (f"{100 * u_preset / u_defaults:.0f}% of the preset's speed (median updates {u_defaults:,.0f} "
+                f"against {u_preset:,.0f})")
+    reached = "the preset reaches the threshold, the defaults do not; " if u_preset else ""
+    return f"{reached}final {_fmt(defaults['mean_final'])} against the preset's {_fmt(preset['mean_final'])}"
 
 
 def _modes_cell(modes: dict) -> str:
@@ -44,7 +59,7 @@ def markdown_table(results: list[dict]) -> str:
         base = "-" if ff is None else ("not yet run" if not ff["seeds_run"] else
                                        f"{_fmt(ff['mean_best'])} / {_fmt(ff['mean_final'])} "
                                        f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
-        d = r["variants"].get("defaults")
+        d = r["variants"].get(DEFAULTS)
         dflt = "-" if d is None or not d["seeds_run"] else (
             f"{d['seeds_reached']}/{d['seeds_run']} reached, final {_fmt(d['mean_final'])}: {preset_share(m, d)}")
         wall, cpu = m["median_wall_to_threshold_s"], m["median_cpu_seconds_to_threshold"]
@@ -68,7 +83,7 @@ def comparison_table(result: dict) -> str:
     final value, and the run's CPU seconds. Empty when the row has neither run of the original nor of the
     defaults."""
     variants = result["variants"]
-    if not any(v in variants for v in (*ORIGINAL_VARIANTS, "defaults")):
+    if not any(v in variants for v in (*ORIGINAL_VARIANTS, DEFAULTS)):
         return ""
     originals = any(v in variants for v in ORIGINAL_VARIANTS)
     title = ("amago_app vs the original AMAGO (same settings and budget)" if originals
@@ -124,7 +139,7 @@ def task_figure(result: dict):
             "val_mode") else ""
         groups = {VARIANT_LABELS[v] + mode(v): runs for v, runs in groups.items()}
     else:
-        names = {"ff": "memory-free (traj_encoder=ff)", "defaults": "amago_app defaults (env and budget only)"}
+        names = {"ff": "memory-free (traj_encoder=ff)", DEFAULTS: "amago_app defaults (env and budget only)"}
         groups = {names.get(v, "preset"): runs for v, runs in groups.items()}
     if not groups:
         return None

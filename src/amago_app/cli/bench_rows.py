@@ -126,28 +126,18 @@ def _hydra_value(v) -> str:
     return f"'{text}'"
 
 
-def _leaves(d: dict, prefix: str) -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_leaves(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 @lru_cache(maxsize=None)
 def defaults_overrides(name: str) -> tuple[str, ...]:
     """The overrides of the row's `defaults` variant (without its epochs): the preset's env option, each `env:` key
     the preset sets (what composing that option alone gives differently) except those the option derives from the
     task (e.g. POPGym's window from its episode length: a user's run derives it too), and its budget keys."""
-    from omegaconf import OmegaConf
+    from amago_app.trainer.run import flat_config
 
     cfg = compose([f"+experiment=bench/{name}"], return_hydra_config=True)
     env_option = cfg.hydra.runtime.choices["env"]
     plain = compose([f"env={env_option}"])
-    row_env = _leaves(OmegaConf.to_container(cfg.env, resolve=False), "env.")
-    plain_env = _leaves(OmegaConf.to_container(plain.env, resolve=False), "env.")
+    row_env = {f"env.{k}": v for k, v in flat_config(cfg.env, resolve=False).items()}
+    plain_env = {f"env.{k}": v for k, v in flat_config(plain.env, resolve=False).items()}
     out = [f"env={env_option}"]
     derived = {k for k, v in plain_env.items() if isinstance(v, str) and "${" in v}
     out += [f"{k}={_hydra_value(v)}" for k, v in row_env.items()

@@ -155,24 +155,9 @@ def _median(xs):
 
 #: run variants of a row: amago_app's (run by amago-bench) and the original AMAGO's (scripts/compare_original.py)
 VARIANT_LABELS = {"memory": "amago_app", "ff": "amago_app, memory-free (traj_encoder=ff)",
-                  "defaults": "amago_app defaults (the row's env and budget only)",
+                  bench_rows.DEFAULTS: "amago_app defaults (the row's env and budget only)",
                   "original": "original AMAGO", "original-memoryfree": "original AMAGO, memory-free (traj_encoder=ff)"}
 ORIGINAL_VARIANTS = ("original", "original-memoryfree")
-
-
-def preset_share(preset: dict, defaults: dict) -> str:
-    """What the defaults reach of what the preset reaches, from two variants of `task_result`: the preset's
-    median updates to the threshold over the defaults' (100% = as fast) where both reached it, else the two
-    final values."""
-    if not (preset["seeds_run"] and defaults["seeds_run"]):
-        return "-"
-    u_preset, u_defaults = preset["median_updates_to_threshold"], defaults["median_updates_to_threshold"]
-    if u_preset and u_defaults:
-        return (f"{100 * u_preset / u_defaults:.0f}% of the preset's speed (median updates {u_defaults:,.0f} "
-                f"against {u_preset:,.0f})")
-    fmt = lambda x: "-" if x is None else f"{x:.3g}"
-    reached = "the preset reaches the threshold, the defaults do not; " if u_preset else ""
-    return f"{reached}final {fmt(defaults['mean_final'])} against the preset's {fmt(preset['mean_final'])}"
 
 
 def _seed_dirs(variant_dir: Path) -> list[int]:

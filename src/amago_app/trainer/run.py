@@ -29,10 +29,11 @@ def _take_run_dir(run_dir: Path) -> RunLock:
     return lock
 
 
-def flat_config(cfg: DictConfig) -> dict[str, object]:
-    """Every leaf of a config as dotted key -> value (resolved where it resolves)."""
+def flat_config(cfg: DictConfig, resolve: bool = True) -> dict[str, object]:
+    """Every leaf of a config as dotted key -> value (resolved where it resolves; with `resolve=False` every
+    interpolation as written)."""
     try:
-        tree = OmegaConf.to_container(cfg, resolve=True)
+        tree = OmegaConf.to_container(cfg, resolve=resolve)
     except Exception:  # noqa: BLE001 - an unresolvable interpolation is compared as written
         tree = OmegaConf.to_container(cfg, resolve=False)
     out: dict[str, object] = {}
