@@ -1,12 +1,13 @@
 """Speed benchmark: the reference and the long-context workload, optionally side by side with the original AMAGO.
 
-Workloads (FF timestep encoder 128 wide, Transformer memory, 7 discount factors, 4 critics with target networks,
-batch 24, 8 actors), built through the real Hydra config with the defaults a user gets:
+Workloads (FF timestep encoder 128 wide, Transformer memory, 4 critics with target networks, 7 discount factors on
+discrete actions, batch 24, 8 actors), built through the real Hydra config with the defaults a user gets:
   reference   T-maze, Transformer d_model 128 x 2 layers, window (max_seq_len) 50: 979,492 trainable parameters
   long        T-maze, Transformer d_model 256 x 3 layers, window 1,000
   discrete    CartPole-v1 (env=gym), the reference network, window 64 (every batch padded to it)
-  continuous  Pendulum-v1 (env=gym), the same network and window: its critics see (state, action) for every
-              discount factor, so their rows are 7x the discrete critics' (`update` only, like `discrete`)
+  continuous  Pendulum-v1 (env=gym), the same network and window (`update` only, like `discrete`): its critics
+              see (state, action), one discount at the defaults (agent.use_multigamma=auto); with
+              agent.use_multigamma=true every discount factor, 7x the critics' rows
   actions     discrete and continuous in one process, their timed blocks alternating (A-B-A-B), so the two
               rates share the machine's state; rows of both, and their ratio under the table (what the ratio
               is made of: docs/guide-threads-and-precision.md, "Cheaper updates")

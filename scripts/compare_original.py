@@ -233,6 +233,8 @@ def translate(settings: dict, checkout: Path, discrete: bool, rollout_len: int) 
         if target.startswith("gin:"):
             if key == "traj_encoder.d_ff" and value is None:
                 value = 4 * settings["traj_encoder.d_model"]  # what both do with None; the original's default is 1024
+            if key == "agent.use_multigamma" and value == "auto":
+                value = discrete  # amago_app's rule: every discount for discrete actions, the acting one otherwise
             gin_bindings[target[4:].format(**names)] = value
         elif target.startswith("Experiment."):
             experiment[target[11:]] = value

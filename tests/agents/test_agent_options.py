@@ -86,6 +86,7 @@ def make_agent(cls=Agent, kind="discrete", obs=None, actor=None, critic=None, **
         critic = (partial(NCritics, d_hidden=16) if cls is Agent else
                   partial(NCriticsTwoHot, d_hidden=16, min_return=-100.0, max_return=100.0, output_bins=24))
     kw.setdefault("multigammas", [0.5, 0.9])
+    kw.setdefault("use_multigamma", True)  # every code path with several discounts, whatever the action space
     kw.setdefault("num_critics", 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -343,7 +344,7 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
 
     monkeypatch.setattr(agent_module, "nstep_targets", spy)
     agent = make_agent(AGENTS[agent_name], "continuous", gamma=0.97, multigammas=[0.3, 0.8], n_step=4,
-                       n_step_traces="uncorrected", reward_multiplier=2.5)
+                       n_step_traces="uncorrected", reward_multiplier=2.5, use_multigamma=True)
     batch = random_batch(ACTION_SPACES["continuous"], obs_space())
     run(agent, batch, backward=False)
     torch.testing.assert_close(seen["gammas"], torch.tensor([0.3, 0.8, 0.97]))
@@ -353,6 +354,32 @@ def test_returns_knobs_reach_targets(agent_name, monkeypatch):
     run(agent, batch, backward=False)
     torch.testing.assert_close(seen["gammas"], torch.tensor([0.97]))
     assert agent.actor(torch.randn(1, 1, 16)).mode().shape == (1, 1, 1, 2)  # one policy per gamma
+
+
+@pytest.mark.parametrize("agent_name", ["agent", "multitask"])
+@pytest.mark.parametrize(("kind", "setting", "expected"), [
+    ("discrete", "auto", 3), ("continuous", "auto", 1), ("multibinary", "auto", 1),
+    ("continuous", True, 3), ("continuous", "true", 3), ("discrete", False, 1), ("discrete", "false", 1)])
+def test_auto_multigamma_trains_every_discount_only_where_the_critic_gives_them_in_one_pass(agent_name, kind,
+                                                                                          setting, expected):
+    """use_multigamma=auto: every discount for discrete actions (one critic pass outputs them all), the acting
+    one alone where the action is a critic input; true / false (or their strings from the command line) always
+    win; the start-up line names the rule whenever auto dropped the extra discounts."""
+    agent = make_agent(AGENTS[agent_name], kind, gamma=0.97, multigammas=[0.3, 0.8], use_multigamma=setting)
+    assert agent.num_gammas == expected and float(agent.gammas[-1]) == pytest.approx(0.97)
+    run(agent, random_batch(ACTION_SPACES[kind], obs_space()))
+    line = agent.describe()
+    if expected == 3:
+        assert "3 gammas" in line
+    elif setting == "auto":
+        assert f"1 gamma (0.97; agent.use_multigamma=auto: {kind} actions are critic inputs" in line
+    else:
+        assert "1 gamma (0.97)" in line
+
+
+def test_a_bad_use_multigamma_is_one_line_naming_the_choices():
+    with pytest.raises(ValueError, match=r"^agent.use_multigamma='sometimes' is not one of \(auto, true, false\)$"):
+        make_agent(Agent, "continuous", use_multigamma="sometimes")
 
 
 def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatch):
@@ -827,7 +854,8 @@ def test_hydra_agents_train_and_act(envs, agent_name, kind):
         assert isinstance(agent.critics, NCritics) and agent.offline_coeff == 0.1
         assert agent.online_coeff == (0.0 if kind == "multibinary" else 1.0)
     assert (agent.num_critics, agent.num_critics_td, agent.critic_loss_weight, agent.tau) == (4, 2, 10.0, 0.005)
-    assert agent.gammas.tolist() == pytest.approx([0.1, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999])
+    every_gamma = [0.1, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999]  # use_multigamma=auto: all where actions are outputs
+    assert agent.gammas.tolist() == pytest.approx(every_gamma if kind == "discrete" else [0.999])
     assert agent.fbc_filter(torch.tensor([-0.1, 0.1])).tolist() == [0.0, 1.0]
     train_and_act(agent, envs[kind])
 
@@ -877,7 +905,8 @@ HYDRA_CASES = [
      and a.gammas.tolist() == pytest.approx([0.999]) and a.fake_filter and not a.needs_critic
      and filter_is(a, [0.0005, 0.002], [0.0, 1.0])),
     ("multibinary", ["agent.actor.multibinary_dist_type=multibinary", "agent.online_coeff=0", "agent.offline_coeff=1",
-                     "agent.gamma=0.99", "agent.multigammas=[0.5,0.9]", "agent.num_critics=3", "agent.num_critics_td=3",
+                     "agent.gamma=0.99", "agent.multigammas=[0.5,0.9]", "agent.use_multigamma=true", "agent.num_critics=3",
+                     "agent.num_critics_td=3",
                      "agent.n_step=4", "agent.n_step_traces=uncorrected", "agent.use_target_actor=false", "agent.reward_multiplier=1", "agent.tau=0.01",
                      "agent.critic_loss_weight=1", "agent.popart=false", "agent.pass_obs_keys_to_actor=[observation]",
                      "agent.critic.n_layers=1", "agent.critic.activation=gelu", "agent.actor.n_layers=1"],

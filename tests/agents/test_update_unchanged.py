@@ -16,7 +16,7 @@ NETWORK = ["traj_encoder.d_model=32", "traj_encoder.n_heads=4", "traj_encoder.n_
 CASES = {  # name -> (overrides, reference figures)
     "discrete": (["agent.n_step=1"], {"loss": 12.134100914001465, "critic": 1.18793785572052, "tstep_encoder": 3.636021852493286,
                       "traj_encoder": 90.11668395996094, "critics": 9.586143493652344, "actor": 0.10419175028800964}),
-    "continuous": (["env=gym", "env.id=Pendulum-v1", "env.max_seq_len=8"],
+    "continuous": (["env=gym", "env.id=Pendulum-v1", "env.max_seq_len=8", "agent.use_multigamma=true"],
                    {"loss": 12.990974426269531, "critic": 1.2137982845306396, "tstep_encoder": 10.61620807647705,
                     "traj_encoder": 142.65562438964844, "critics": 17.89289093017578,
                     "actor": 2.8267908096313477}),

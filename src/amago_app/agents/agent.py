@@ -43,6 +43,26 @@ MULTIGAMMAS = (0.1, 0.9, 0.95, 0.97, 0.99, 0.995)
 N_STEP_TRACES = ("uncorrected", "tree_backup")
 
 
+def resolve_multigamma(setting: bool | str, action_kind: str) -> tuple[bool, str]:
+    """`use_multigamma` (true / false / auto) for an action space: the choice and, for auto, why.
+
+    auto trains the extra discounts where they are nearly free and not where they multiply the update's cost. A
+    discrete critic outputs every discount's Q(s, .) from one pass, so the extra heads cost one wider output
+    layer. Where the action is a critic input (continuous, multibinary), each discount is one more pass of the
+    critic over every (state, action) row: the six extra discounts make the critic's work seven times larger,
+    most of a continuous update."""
+    if isinstance(setting, str) and setting.strip().lower() in ("auto", "true", "false"):
+        setting = {"auto": "auto", "true": True, "false": False}[setting.strip().lower()]
+    if isinstance(setting, bool):
+        return setting, ""
+    if setting != "auto":
+        raise ValueError(f"agent.use_multigamma={setting!r} is not one of (auto, true, false)")
+    if action_kind == "discrete":
+        return True, ""
+    return False, (f"agent.use_multigamma=auto: {action_kind} actions are critic inputs, so each extra discount "
+                   "is another critic pass over every row; true trains them all")
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.to(x.dtype).expand_as(x)
     return (x * m).sum() / (m.sum() + 1e-5)
@@ -96,7 +116,7 @@ class Agent(BaseAgent):
         critic_loss_weight: float = 10.0,
         gamma: float = 0.999,
         multigammas: tuple[float, ...] | list[float] | None = MULTIGAMMAS,
-        use_multigamma: bool = True,
+        use_multigamma: bool | str = "auto",
         reward_multiplier: float = 10.0,
         tau: float = 0.005,
         fake_filter: bool = False,
@@ -123,6 +143,7 @@ class Agent(BaseAgent):
             raise ValueError(f"tau must be in (0, 1], got {tau}")
         if num_actions_for_value_in_critic_loss < 1 or num_actions_for_value_in_actor_loss < 1:
             raise ValueError("num_actions_for_value_in_critic_loss / _actor_loss must be >= 1")
+        use_multigamma, self.gamma_rule = resolve_multigamma(use_multigamma, self.action_kind)
         gammas = list(multigammas or []) if use_multigamma else []
         gammas.append(gamma)
         if any(not 0.0 <= g < 1.0 for g in gammas):
@@ -210,8 +231,14 @@ class Agent(BaseAgent):
 
     def describe(self) -> str:
         return (f"{type(self).__name__}: {type(self.tstep_encoder).__name__} -> {type(self.traj_encoder).__name__} "
-                f"(max_seq_len {self.max_seq_len}), {self.num_gammas} gammas, {self.num_critics} critics, "
+                f"(max_seq_len {self.max_seq_len}), {self._gammas_text()}, {self.num_critics} critics, "
                 f"online {self.online_coeff} / offline {self.offline_coeff}, {self.target_rule}")
+
+    def _gammas_text(self) -> str:
+        if self.num_gammas > 1:
+            return f"{self.num_gammas} gammas"
+        rule = f"; {self.gamma_rule}" if self.gamma_rule else ""
+        return f"1 gamma ({float(self.gammas[-1]):g}{rule})"
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -343,8 +343,11 @@ class AgentConfig:
     gamma: float = 0.999
     """The test-time discount (the last gamma, used for acting)."""
     multigammas: Optional[list[float]] = field(default_factory=lambda: [0.1, 0.9, 0.95, 0.97, 0.99, 0.995])
-    use_multigamma: bool = True
-    """Train heads for every gamma in `multigammas` too."""
+    use_multigamma: Any = "auto"
+    """auto | true | false: train heads for every gamma in `multigammas` too. auto: true for discrete actions, whose
+    critic gives every discount from one pass; false where the action is a critic input (continuous, multibinary),
+    where each discount is another critic pass over every row (7x the critic's work), and where one discount
+    learned no worse at half the CPU (docs/generalization.md). The start-up line says which a run got."""
     reward_multiplier: float = "${env.reward_multiplier}"  # type: ignore[assignment]
     """Rewards are multiplied by this before they enter the targets; default: the env's suggestion
     (env.reward_multiplier, 10 unless the env option says otherwise)."""
