@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from amago_app.agents.base import BaseAgent
 from amago_app.agents.filters import binary_filter
 from amago_app.agents.returns import nstep_targets, tree_backup_targets
+from amago_app.config.values import parse_switch
 from amago_app.data.timestep import Batch, padding_mask
 from amago_app.nets.heads.actor import Actor
 from amago_app.nets.heads.critics import NCritics
@@ -51,12 +52,9 @@ def resolve_multigamma(setting: bool | str, action_kind: str) -> tuple[bool, str
     layer. Where the action is a critic input (continuous, multibinary), each discount is one more pass of the
     critic over every (state, action) row: the six extra discounts make the critic's work seven times larger,
     most of a continuous update."""
-    if isinstance(setting, str) and setting.strip().lower() in ("auto", "true", "false"):
-        setting = {"auto": "auto", "true": True, "false": False}[setting.strip().lower()]
-    if isinstance(setting, bool):
-        return setting, ""
-    if setting != "auto":
-        raise ValueError(f"agent.use_multigamma={setting!r} is not one of (auto, true, false)")
+    fixed = parse_switch(setting, "agent.use_multigamma")
+    if fixed is not None:
+        return fixed, ""
     if action_kind == "discrete":
         return True, ""
     return False, (f"agent.use_multigamma=auto: {action_kind} actions are critic inputs, so each extra discount "

@@ -49,3 +49,14 @@ def check_values(cfg: DictConfig) -> None:
         if not math.isfinite(value) or (low is not None and (value < low or (value == low and not inclusive))):
             bound = "" if low is None else f" {'>=' if inclusive else '>'} {low:g}"
             raise ValueError(f"{key}={value} must be a finite number{bound}")
+
+
+def parse_switch(setting, key: str) -> bool | None:
+    """An auto / true / false setting: the bool, or None for auto; anything else is an error naming `key`."""
+    if isinstance(setting, bool):
+        return setting
+    if isinstance(setting, str) and setting.strip().lower() in ("auto", "true", "false"):
+        return {"auto": None, "true": True, "false": False}[setting.strip().lower()]
+    if setting is None:
+        return None
+    raise ValueError(f"{key}={setting!r} is not one of (auto, true, false)")

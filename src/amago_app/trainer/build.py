@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from amago_app.agents.base import BaseAgent
 from amago_app.config.schema import BUFFER_KINDS
+from amago_app.config.values import parse_switch
 from amago_app.data.buffer import Buffer, DiskBuffer, NoBuffer
 from amago_app.data.loader import BatchLoader
 from amago_app.data.recorder import TrajectoryRecorder
@@ -31,7 +32,7 @@ from amago_app.logging.console import RunConsole
 from amago_app.logging.metrics import TENSORBOARD_DIR, MetricsLogger, flat_hparams
 from amago_app.trainer.env_record import check_on_env_change
 from amago_app.trainer.hardware import (Choice, choose_compile, choose_compile_rollout, choose_precision, cpu_flags,
-                                        detect_cuda_bf16, device_type, missing_cpp_toolchain, parse_switch)
+                                        detect_cuda_bf16, device_type, missing_cpp_toolchain)
 from amago_app.trainer.state import Counters, GlobalRNGs, Stateful, TrainingState
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)

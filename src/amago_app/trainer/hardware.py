@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from amago_app.config.values import parse_switch
+
 PRECISIONS = ("no", "bf16", "fp16")
 #: CPU feature flags (/proc/cpuinfo) of native bf16 arithmetic: x86 AVX512-BF16, AMX-BF16; Arm BF16
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -74,17 +76,6 @@ def choose_precision(setting: str, device_type: str, flags: frozenset[str] | set
     if native and device_type == "cpu":
         return Choice("bf16", f"auto: the CPU has {'/'.join(native)}")
     return Choice("no", f"auto: no native bf16 on this {device_type.upper()}")
-
-
-def parse_switch(setting, key: str = "trainer.compile") -> bool | None:
-    """An auto / true / false setting: the bool, or None for auto; anything else is an error naming `key`."""
-    if isinstance(setting, bool):
-        return setting
-    if isinstance(setting, str) and setting.strip().lower() in ("auto", "true", "false"):
-        return {"auto": None, "true": True, "false": False}[setting.strip().lower()]
-    if setting is None:
-        return None
-    raise ValueError(f"{key}={setting!r} is not one of (auto, true, false)")
 
 
 def parse_compile(setting) -> bool | None:
