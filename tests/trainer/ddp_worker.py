@@ -17,5 +17,6 @@ trainer = Trainer(cfg, out / "run")
 trainer.learn()
 rank = trainer.rank
 torch.save({"agent": trainer.agent.state_dict(), "gradient_steps": trainer.counters.gradient_steps,
-            "total_frames": trainer.counters.total_frames, "run_dir": str(trainer.run_dir)}, out / f"rank{rank}.pt")
+            "total_frames": trainer.counters.total_frames, "run_dir": str(trainer.run_dir),
+            "model_after_learn": type(trainer.model).__name__}, out / f"rank{rank}.pt")
 end_process_group()  # (as amago-train does: gloo can abort at interpreter exit otherwise)

@@ -8,6 +8,7 @@ and restores); the counters are `self.counters` (`trainer/state.py`).
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -511,6 +512,14 @@ class Trainer:
         self.train_rollout.close()
         self.val_rollout.close()
         self.buffer.close()
+        if self.accelerator.num_processes > 1:
+            # The DDP wrapper (its reducer) still refers to the process group's work. Freed at interpreter
+            # shutdown, after the group is destroyed, it can abort a rank whose run succeeded (SIGABRT, "terminate
+            # called without an active exception") now and then: free it now, while the interpreter is whole.
+            # Updates have ended; the plain agent stays for what the caller reads.
+            self.model = self.agent
+            self.accelerator.free_memory()
+            gc.collect()
         if self.accelerator.num_processes == 1:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)

@@ -136,7 +136,8 @@ def train(cfg: DictConfig, run_dir: str | Path, overrides: Sequence[str] = (), a
 def end_process_group() -> None:
     """Destroy the torch.distributed process group of a launched run (torchrun / accelerate launch), if there is
     one, while the interpreter is still whole. Left to interpreter shutdown, gloo's worker threads can abort a
-    process whose run had succeeded ("terminate called without an active exception", SIGABRT)."""
+    process whose run had succeeded ("terminate called without an active exception", SIGABRT); Trainer.close()
+    has already freed the DDP wrapper, whose late teardown does the same."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
