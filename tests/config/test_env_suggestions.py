@@ -53,7 +53,12 @@ def test_start_up_lines_say_where_window_and_reward_scale_came_from(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert ("window 52 steps (the env), rewards x100 (the env); POPGym RepeatPreviousEasy: episodes of at most 51 "
             "steps, returns within [-1, 1]") in r.stdout
-    r = amago_cli("train", *tiny, "max_seq_len=8", "agent.reward_multiplier=3", f"hydra.run.dir={tmp_path / 'b'}",
-                  cwd=tmp_path)
+    # the exploration schedule, and where it sits in the run (1 epoch x 4 steps per actor)
+    assert ("exploration epsilon-greedy: random-action probability 1 -> 0.05 over 2 steps per actor, times each "
+            "actor's m ~ U[0, 1) (50% of this run's 4 steps per actor)") in r.stdout
+    r = amago_cli("train", *tiny, "max_seq_len=8", "agent.reward_multiplier=3", "exploration.steps_anneal=1000",
+                  f"hydra.run.dir={tmp_path / 'b'}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "window 8 steps (max_seq_len), rewards x3 (agent.reward_multiplier)" in r.stdout
+    assert "over 1,000 steps per actor, times each actor's m ~ U[0, 1) (longer than this run's 4: the noise stays " \
+           "high to its end)" in r.stdout

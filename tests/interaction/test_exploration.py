@@ -159,3 +159,19 @@ def test_none_is_identity():
     ex = NoExploration(spaces.Discrete(3), num_actors=2)
     a = np.array([[1], [2]], np.uint8)
     assert ex(a, np.zeros(2)) is a
+
+
+def test_each_kind_describes_its_noise_in_one_line():
+    box = spaces.Box(-1, 1, (2,))
+    assert NoExploration(spaces.Discrete(2), 1).describe() == "none (the policy's own actions)"
+    ex = EpsilonGreedy(spaces.Discrete(3), 2, eps_start=1.0, eps_end=0.05, steps_anneal=4000)
+    assert ex.describe() == ("epsilon-greedy: random-action probability 1 -> 0.05 over 4,000 steps per actor, "
+                             "times each actor's m ~ U[0, 1)")
+    fixed = EpsilonGreedy(box, 2, eps_start=0.5, eps_end=0.1, steps_anneal=10, randomize_eps=False)
+    assert fixed.describe() == "epsilon-greedy: Gaussian noise std 0.5 -> 0.1 over 10 steps per actor"
+    bilevel = BilevelEpsilonGreedy(spaces.Discrete(3), 2, rollout_horizon=100, steps_anneal=500)
+    assert bilevel.describe() == ("bilevel: random-action probability 1 -> 0.05 at a rollout's start and 0.8 -> 0.01 "
+                                  "by step 100, over 500 steps per actor, times each actor's m ~ U[0, 1)")
+    corridor = CorridorEpsilonGreedy(spaces.Discrete(4), 2, horizon=10, decision_steps=2, start_steps=1)
+    assert corridor.describe().endswith("; 0.05 in the corridor (steps 1 to 7)")
+    assert corridor.epsilon(np.array([1, 7]))[0] == corridor.epsilon(np.array([1, 7]))[1] == 0.05

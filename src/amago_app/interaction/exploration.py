@@ -30,6 +30,13 @@ class Exploration:
     def on_done(self, done: np.ndarray) -> None:
         """Called after each env step with the actors whose rollouts ended."""
 
+    def describe(self) -> str:
+        """The noise in a few words, for the start-up lines."""
+        return "none (the policy's own actions)"
+
+    def _noise(self) -> str:
+        return "Gaussian noise std" if isinstance(self.action_space, spaces.Box) else "random-action probability"
+
     def __call__(self, actions: np.ndarray, time_idx: np.ndarray) -> np.ndarray:
         """Noisy version of agent-format actions ((N, 1) index, (N, A) float or 0/1)."""
         eps = self.epsilon(time_idx)
@@ -115,6 +122,14 @@ class BilevelEpsilonGreedy(Exploration):
         frac = np.minimum(np.asarray(time_idx, np.float64) / self.rollout_horizon, 1.0)
         return self.m * (e_start - (e_start - e_end) * frac)
 
+    def describe(self) -> str:
+        return (f"bilevel: {self._noise()} {self.eps_start_start:g} -> {self.eps_start_end:g} at a rollout's start and "
+                f"{self.eps_end_start:g} -> {self.eps_end_end:g} by step {self.rollout_horizon:g}, over "
+                f"{self.steps_anneal:,} steps per actor{self._scaled()}")
+
+    def _scaled(self) -> str:
+        return ", times each actor's m ~ U[0, 1)" if self.randomize_eps else ""
+
     def on_done(self, done: np.ndarray) -> None:
         if self.randomize_eps and done.any():
             self.m[done] = self.rng.random(int(done.sum()))
@@ -153,6 +168,10 @@ class EpsilonGreedy(BilevelEpsilonGreedy):
     def epsilon(self, time_idx: np.ndarray) -> np.ndarray:
         return self.m * self._anneal(self.eps_start_start, self.eps_start_end)
 
+    def describe(self) -> str:
+        return (f"epsilon-greedy: {self._noise()} {self.eps_start_start:g} -> {self.eps_start_end:g} over "
+                f"{self.steps_anneal:,} steps per actor{self._scaled()}")
+
 
 class CorridorEpsilonGreedy(EpsilonGreedy):
     """EpsilonGreedy that is nearly greedy in the middle of fixed-length rollouts (the T-maze recipe).
@@ -173,6 +192,10 @@ class CorridorEpsilonGreedy(EpsilonGreedy):
         self.horizon = int(horizon)
         self.decision_steps, self.start_steps = int(decision_steps), int(start_steps)
         self.corridor_eps = 0.5 / self.horizon if corridor_eps is None else float(corridor_eps)
+
+    def describe(self) -> str:
+        return (f"{super().describe()}; {self.corridor_eps:.3g} in the corridor (steps {self.start_steps} to "
+                f"{self.horizon - self.decision_steps - 1})")
 
     def epsilon(self, time_idx: np.ndarray) -> np.ndarray:
         eps = super().epsilon(time_idx)

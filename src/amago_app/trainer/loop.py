@@ -150,6 +150,7 @@ class Trainer:
             f"actions {self.train_envs.action_space}\n"
             f"  agent {self.agent.describe()}, {n_params:,} trainable parameters\n"
             f"  {self._window_and_reward_scale()}\n"
+            f"{self._exploration_line()}"
             f"  device {self.device} x {self.accelerator.num_processes} process(es), precision "
             f"{self.precision_name} ({self.precision.reason}), compile {'on' if self.compiled.value else 'off'} "
             f"({self.compiled.reason}), torch threads {self.threads.describe()}\n"
@@ -170,6 +171,23 @@ class Trainer:
             source = "the env" if multiplier == c.env.reward_multiplier else "agent.reward_multiplier"
             line += f", rewards x{multiplier:g} ({source})"
         return line + (f"; {c.env.suggestion_note}" if c.env.suggestion_note else "")
+
+    def _exploration_line(self) -> str:
+        """The training actors' noise, and how its schedule sits in this run (a schedule that outlasts the run
+        keeps the noise high to its end)."""
+        if self.exploration is None:
+            return ""
+        line = f"  exploration {self.exploration.describe()}"
+        anneal = getattr(self.exploration, "steps_anneal", None)
+        run_steps = self.cfg.trainer.epochs * self.cfg.trainer.train_timesteps_per_epoch
+        if anneal and run_steps:
+            if anneal == run_steps:
+                line += " (the whole run: trainer.epochs x trainer.train_timesteps_per_epoch)"
+            elif anneal > run_steps:
+                line += f" (longer than this run's {run_steps:,}: the noise stays high to its end)"
+            else:
+                line += f" ({anneal / run_steps:.0%} of this run's {run_steps:,} steps per actor)"
+        return line + "\n"
 
     def _print_thread_notes(self) -> None:
         for note in self.threads.pop_notes():
