@@ -177,7 +177,8 @@ class Trainer:
         keeps the noise high to its end)."""
         if self.exploration is None:
             return ""
-        line = f"  exploration {self.exploration.describe()}"
+        describe = getattr(self.exploration, "describe", None)  # (a user's own class may not derive Exploration)
+        line = f"  exploration {describe() if callable(describe) else type(self.exploration).__name__}"
         anneal = getattr(self.exploration, "steps_anneal", None)
         run_steps = self.cfg.trainer.epochs * self.cfg.trainer.train_timesteps_per_epoch
         if anneal and run_steps:
