@@ -539,7 +539,7 @@ class Trainer:
             self.model = self.agent
             self.accelerator.free_memory()
             gc.collect()
-        if self.accelerator.num_processes == 1:
+        else:
             # let the next run in this process (sweeps, tests) choose its own precision / device
             AcceleratorState._reset_state(reset_partial_state=True)
 
