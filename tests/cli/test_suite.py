@@ -124,3 +124,30 @@ def test_bad_suite_arguments_exit_with_one_line():
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1, (args, r.stderr)
         assert lines[0].startswith("amago-bench: ") and word in lines[0], (args, lines)
+
+
+def _side(greedy: list[float], sampled: list[float]) -> dict:
+    return {"seeds": {str(i): {"final": {"greedy": {"mean": g}, "sampled": {"mean": s}}}
+                      for i, (g, s) in enumerate(zip(greedy, sampled))}}
+
+
+def test_the_verdict_against_the_original_follows_the_written_rule():
+    """ahead: Welch interval above zero, or a tenth of the memory-free-to-possible range higher; behind: interval
+    below zero; level otherwise; no verdict with one seed on a side."""
+    suite = _suite()
+    task = suite.TASKS["TMazePassive-H100"]  # memory-free 0.5, possible 1: a tenth of the range is 0.05
+    ours, theirs = _side([0.9, 0.95, 1.0], [0.60, 0.70, 0.80]), _side([0.70, 0.75, 0.80], [0.55, 0.75, 0.95])
+    cmp = suite.compare_sides(ours, theirs, task)
+    assert cmp["greedy"]["verdict"] == "ahead"
+    assert cmp["greedy"]["diff"] - cmp["greedy"]["halfwidth"] > 0
+    # sampled: -0.05 with an interval across zero, and not a tenth of the range higher -> level
+    assert cmp["sampled"]["verdict"] == "level"
+    assert suite.compare_sides(theirs, ours, task)["greedy"]["verdict"] == "behind"
+    # +0.06 (more than a tenth of the range) with an interval across zero: ahead by the range rule
+    wide = suite.compare_sides(_side([0.5, 0.66, 0.82], [0.5] * 3), _side([0.55, 0.6, 0.65], [0.5] * 3), task)
+    assert wide["greedy"]["diff"] - wide["greedy"]["halfwidth"] < 0 and wide["greedy"]["verdict"] == "ahead"
+    # no range known: the same numbers are level
+    no_range = suite.TASKS["MetaFrozenLake-4x4"]
+    assert suite.compare_sides(_side([0.5, 0.66, 0.82], [0.5] * 3), _side([0.55, 0.6, 0.65], [0.5] * 3),
+                               no_range)["greedy"]["verdict"] == "level"
+    assert suite.compare_sides(_side([1.0], [1.0]), theirs, task) == {}

@@ -261,7 +261,37 @@ def task_result(bench: ModuleType, task: SuiteTask, out: Path, seeds: list[int],
         result["original_cannot_run"] = str(cannot["reason"])
     if original:
         result["original"] = over_seeds(original)
+        result["vs_original"] = compare_sides(result, result["original"], task)
     return result
+
+
+def compare_sides(ours: dict, theirs: dict, task: SuiteTask) -> dict:
+    """Per mode, amago_app's mean over seeds minus the original's with the Welch 95% interval, and the verdict:
+    `ahead` when the interval is above zero, or the difference is at least a tenth of the task's range from the
+    memory-free score to the best possible (where both are known); `behind` when the interval is below zero;
+    `level` otherwise. Fewer than two seeds on a side give no interval and no verdict."""
+    from amago_app.evaluation.evaluate import welch
+
+    span = (task.possible - task.memory_free
+            if task.possible is not None and task.memory_free is not None else None)
+    out = {}
+    for mode in MODES:
+        a, b = ([v["final"][mode]["mean"] for v in side["seeds"].values() if mode in v["final"]]
+                for side in (ours, theirs))
+        w = welch(a, b)
+        if w is None:
+            continue
+        lo, hi = w["diff"] - w["halfwidth"], w["diff"] + w["halfwidth"]
+        verdict = ("ahead" if lo > 0 or (span and w["diff"] >= 0.1 * span) else "behind" if hi < 0 else "level")
+        out[mode] = {**w, "seeds": [len(a), len(b)], "verdict": verdict}
+    return out
+
+
+def _versus_cell(cmp: dict | None) -> str:
+    if not cmp:
+        return "-"
+    return "; ".join(f"{cmp[m]['diff']:+.3g} ± {cmp[m]['halfwidth']:.3g} {cmp[m]['verdict']}" if m in cmp else "-"
+                     for m in MODES)
 
 
 def over_seeds(per_seed: dict[str, dict]) -> dict:
@@ -319,21 +349,26 @@ def original_table(results: list[dict]) -> str:
              "The original: the example script its README starts such an env with, at its default arguments, given "
              "amago_app's budget for the task (`scripts/compare_original.py --suite`; what it was given and what it "
              "could not express: `runs/<task>/original/seed<k>/original.json`). Final policy, per seed "
-             "(mean ± 95% CI); - = not run or not logged by that side.", "",
+             "(mean ± 95% CI); - = not run or not logged by that side. The last column: amago_app's mean over "
+             "seeds minus the original's, with the Welch 95% interval (two seeds a side or more), and `ahead` "
+             "(interval above zero, or a tenth of the memory-free-to-possible range higher), `behind` (interval "
+             "below zero) or `level`.", "",
              "| task | split | metric (episodes) | side | final greedy, per seed | final sampled, per seed | "
-             "mean over seeds: greedy; sampled | wall (CPU) min per run |", "|---|---|---|---|---|---|---|---|"]
+             "mean over seeds: greedy; sampled | wall (CPU) min per run | amago_app - original: greedy; sampled |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in both:
         if not r.get("original"):
             lines.append(f"| {r['name']} | {r['split']} | {r['metric']} ({r['episodes']}) | original | cannot run: "
-                         f"{r['original_cannot_run']} | | | |")
+                         f"{r['original_cannot_run']} | | | | |")
             continue
         for side, block in (("amago_app", r), ("original", r["original"])):
             ran = {s: v for s, v in block["seeds"].items() if v["final"] or v["finished"]}
             cells = {m: " / ".join(f"{_pm(v['final'].get(m))} (seed {s})" for s, v in ran.items()) or "not yet run"
                      for m in MODES}
             over = f"{_pm(block['over_seeds'].get('greedy'))}; {_pm(block['over_seeds'].get('sampled'))}"
+            versus = _versus_cell(r.get("vs_original")) if side == "original" else ""
             lines.append(f"| {r['name']} | {r['split']} | {r['metric']} ({r['episodes']}) | {side} | {cells['greedy']} "
-                         f"| {cells['sampled']} | {over} | {_time_cell(block)} |")
+                         f"| {cells['sampled']} | {over} | {_time_cell(block)} | {versus} |")
     return "\n".join(lines) + "\n"
 
 

@@ -218,6 +218,21 @@ def describe(values: Sequence[float]) -> dict:
     return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half], "ci95_halfwidth": half}
 
 
+def welch(a: Sequence[float], b: Sequence[float]) -> dict | None:
+    """mean(a) - mean(b) with the 95% Welch interval (unequal variances; Welch-Satterthwaite degrees of freedom
+    rounded down, which widens the interval); None unless both samples have two values or more."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    diff = float(a.mean() - b.mean())
+    if se == 0.0:
+        return {"diff": diff, "halfwidth": 0.0, "dof": math.inf}
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return {"diff": diff, "halfwidth": t95(max(1, math.floor(dof))) * se, "dof": dof}
+
+
 def summarize(stats: RolloutStats) -> dict[str, dict[str, dict]]:
     """{env name: {metric: describe(...)}} with `Return` and `Episode Length` first, then the env's own."""
     per_env: dict[str, dict[str, dict]] = {}
