@@ -11,7 +11,8 @@ the test half. Defaults are chosen on the tuning half only; the test half is run
 defaults do on tasks nothing was chosen on, so `--split` runs the tuning half unless told otherwise.
 
     <out>/generalization.md     one table: task, family, split, the final policy per seed (mean ± 95% CI) in
-                                both action modes, the mean over seeds, wall time per run
+                                both action modes, the mean over seeds, wall time per run; where the original
+                                AMAGO has run the task, both sides and their difference (`compare_sides`)
     <out>/generalization.json   all tasks run
     <out>/<task>.json           per seed: the final evaluation per mode (n, mean, std, 95% CI, amago-eval's JSON)
                                 and the run's wall and CPU seconds; the mean over seeds with its 95% interval
