@@ -20,6 +20,7 @@ import fnmatch
 import json
 import math
 import re
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -445,7 +446,8 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     band_note = f", mean and {_BAND_NAMES[band]} over seeds" if band != "none" and max(seeds_per_group) > 1 else ""
     if smoothing > 1:
         band_note += f", smoothed over {smoothing} points"
-    ax.set_title((title or spec.title) + band_note, fontsize=10)
+    # wrapped: a long title (a suite task beside the original, with its band) would run past the figure's edges
+    ax.set_title(textwrap.fill((title or spec.title) + band_note, 95), fontsize=10)
     ax.grid(alpha=0.3)
     if x in ("total_frames", "gradient_steps"):
         from matplotlib.ticker import EngFormatter
