@@ -277,8 +277,7 @@ def compare_sides(ours: dict, theirs: dict, task: SuiteTask) -> dict:
             if task.possible is not None and task.memory_free is not None else None)
     out = {}
     for mode in MODES:
-        a, b = ([v["final"][mode]["mean"] for v in side["seeds"].values() if mode in v["final"]]
-                for side in (ours, theirs))
+        a, b = (_seed_means(side["seeds"], mode) for side in (ours, theirs))
         w = welch(a, b)
         if w is None:
             continue
@@ -295,10 +294,15 @@ def _versus_cell(cmp: dict | None) -> str:
                      for m in MODES)
 
 
+def _seed_means(per_seed: dict[str, dict], mode: str) -> list[float]:
+    """The final means of one mode, one per seed whose final evaluation in that mode exists."""
+    return [r["final"][mode]["mean"] for r in per_seed.values() if mode in r["final"]]
+
+
 def over_seeds(per_seed: dict[str, dict]) -> dict:
     """One side's seeds of a task and what the table shows over them: per mode the mean of the seeds' final means
     with its interval, and the mean wall and CPU seconds of a training run."""
-    means = {m: [r["final"][m]["mean"] for r in per_seed.values() if m in r["final"]] for m in MODES}
+    means = {m: _seed_means(per_seed, m) for m in MODES}
     walls = [r["train_seconds"] for r in per_seed.values() if r["train_seconds"] is not None]
     cpus = [r["cpu_seconds"] for r in per_seed.values() if r["cpu_seconds"] is not None]
     return {"seeds": per_seed, "over_seeds": {m: _stats(v) for m, v in means.items() if v},
