@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, wrapped_import_error
+from conftest import TINY, heading_anchors, wrapped_import_error
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -399,28 +399,18 @@ def test_images_and_local_links_exist():
     assert (ROOT / "docs" / "img" / "tmaze_success.png").stat().st_size < 200_000  # small enough for a README
 
 
-def _heading_anchors(doc: Path) -> set[str]:
-    """The anchors a Markdown renderer gives the headings of `doc` (outside code blocks): lower case, punctuation
-    other than - and _ dropped, spaces as -, and -1, -2, ... on repeats."""
-    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
-    anchors: set[str] = set()
-    seen: dict[str, int] = {}
-    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
-        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
-        seen[slug] = seen.get(slug, 0) + 1
-    return anchors
-
-
 def test_links_to_a_section_name_one_that_exists():
     """A link to `page.md#section` (or `#section` on the same page) names a heading that page has: sections are
     renamed as the docs change, and a stale anchor lands the reader at the top of the page."""
+    anchors: dict[Path, set[str]] = {}  # per page, read once however many links name it
     for doc in DOCS:
         for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
             page = doc.parent / target if target else doc
             if re.match(r"^[a-z]+://", target) or page.suffix != ".md":
                 continue
-            assert anchor in _heading_anchors(page), f"{doc.name}: {target}#{anchor} names no heading of {page.name}"
+            if page not in anchors:
+                anchors[page] = heading_anchors(page.read_text())
+            assert anchor in anchors[page], f"{doc.name}: {target}#{anchor} names no heading of {page.name}"
 
 
 def test_every_guide_the_readme_links_is_checked():

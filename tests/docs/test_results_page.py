@@ -9,20 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose_config
+from conftest import compose_config, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results.md"
 ROWS = sorted(p.stem for p in (ROOT / "conf" / "experiment" / "bench").glob("*.yaml"))
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-
-
-def _anchors(md: str) -> set[str]:
-    """GitHub's anchors of a page's headings: lower case, punctuation but `-` and `_` dropped, spaces -> `-`."""
-    out = set()
-    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*$", md, flags=re.M):
-        out.add(re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-"))
-    return out
 
 
 def _table_lines(md: str, row: str) -> list[str]:
@@ -34,7 +26,7 @@ def _table_lines(md: str, row: str) -> list[str]:
 def test_a_section_per_row_and_one_generated_region():
     md = RESULTS.read_text()
     assert ROWS, "no presets under conf/experiment/bench/"
-    missing = [row for row in ROWS if row not in _anchors(md)]
+    missing = [row for row in ROWS if row not in heading_anchors(md)]
     assert not missing, f"docs/results.md has no section (## {missing[0]}) for {missing}"
     assert md.count(BEGIN) == 1 and md.count(END) == 1 and md.index(BEGIN) < md.index(END)
     for row in ROWS:  # one line of the table per row
@@ -44,7 +36,7 @@ def test_a_section_per_row_and_one_generated_region():
 
 def test_links_to_the_results_page_resolve():
     """`results.md#<anchor>` in the docs, presets, code, scripts and tests names a heading of the page."""
-    anchors = _anchors(RESULTS.read_text())
+    anchors = heading_anchors(RESULTS.read_text())
     files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "conf").rglob("*.yaml"),
              *(ROOT / "src").rglob("*.py"), *(ROOT / "scripts").glob("*.py"), *(ROOT / "tests").rglob("*.py")]
     seen = 0
