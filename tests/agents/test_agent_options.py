@@ -242,7 +242,7 @@ def test_multitask_per_action_critic_matches_a_float64_loop_reference():
     cross-entropy of the *taken* action's logits; the BC advantage is Q(s, a_data) - sum_a pi(a|s) Q(s, a)."""
     torch.manual_seed(0)
     agent = make_agent(MultiTaskAgent, "discrete", num_critics=1, num_critics_td=1, online_coeff=0.0,
-                       offline_coeff=1.0, reward_multiplier=2.0).double()
+                       offline_coeff=1.0, reward_multiplier=2.0, n_step=1).double()
     for p in agent.target_critics.parameters():  # targets differ from the online critics
         p.data.add_(0.05 * torch.randn_like(p))
     batch = random_batch(ACTION_SPACES["discrete"], obs_space())
@@ -382,9 +382,11 @@ def test_a_bad_use_multigamma_is_one_line_naming_the_choices():
         make_agent(Agent, "continuous", use_multigamma="sometimes")
 
 
-def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatch):
-    """The discrete Agent's tree-backup targets get pi(a_{t+1} | s_{t+1}) from the target actor, beside V(s_{t+1})
-    and Q(s_{t+1}, a_{t+1}) of the same shape (the formula itself: tests/agents/test_returns.py)."""
+@pytest.mark.parametrize("agent_name", AGENTS)
+def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatch, agent_name):
+    """The discrete tree-backup targets (the Agent, and the MultiTaskAgent's per-action critic) get
+    pi(a_{t+1} | s_{t+1}) from the target actor, beside V(s_{t+1}) and Q(s_{t+1}, a_{t+1}) of the same shape (the
+    formula itself: tests/agents/test_returns.py)."""
     seen = {}
     real = agent_module.tree_backup_targets
 
@@ -393,7 +395,8 @@ def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatc
         return real(r, d, v, q, pi, gammas, mask, n_step)
 
     monkeypatch.setattr(agent_module, "tree_backup_targets", spy)
-    agent = make_agent(Agent, "discrete", n_step=3, n_step_traces="tree_backup", num_critics=2, num_critics_td=2)
+    agent = make_agent(AGENTS[agent_name], "discrete", n_step=3, n_step_traces="tree_backup", num_critics=2,
+                       num_critics_td=2)
     assert agent.tree_backup and agent.describe().endswith("3-step tree-backup targets")
     agent.eval()  # no dropout draws: the states below are the forward pass's
     batch = random_batch(ACTION_SPACES["discrete"], obs_space())
@@ -413,13 +416,20 @@ def test_tree_backup_reads_the_policy_probability_of_the_data_actions(monkeypatc
 def test_tree_backup_without_action_probabilities_is_one_step(agent_name, kind):
     agent = make_agent(AGENTS[agent_name], kind, n_step=3, n_step_traces="tree_backup")
     assert agent.n_step == 1 and not agent.tree_backup
-    assert "1-step targets (tree backup needs discrete actions with the Agent" in agent.describe()
+    assert "1-step targets (tree backup needs every action's value: discrete actions, per-action critic" \
+        in agent.describe()
     assert make_agent(AGENTS[agent_name], kind, n_step=3, n_step_traces="uncorrected").n_step == 3  # every space
 
 
-def test_the_multitask_agent_on_discrete_actions_keeps_one_step_under_tree_backup():
+def test_the_multitask_agent_gets_tree_backup_only_from_a_per_action_critic():
+    """A per-action critic gives every action's value and the policy its exact probabilities; with the action as a
+    critic input the values are sample estimates, so the trace is cut at once."""
     agent = make_agent(MultiTaskAgent, "discrete", n_step=3, n_step_traces="tree_backup")
-    assert agent.n_step == 1 and not agent.tree_backup
+    assert agent.n_step == 3 and agent.tree_backup
+    sampled = make_agent(MultiTaskAgent, "discrete", n_step=3, n_step_traces="tree_backup", critic=partial(
+        NCriticsTwoHot, d_hidden=16, min_return=-100.0, max_return=100.0, output_bins=24,
+        discrete_layout="action_input"))
+    assert sampled.n_step == 1 and not sampled.tree_backup
 
 
 def test_unknown_n_step_traces_is_one_clear_error():
@@ -576,7 +586,7 @@ def test_critic_loss_formula(agent_name, kind, monkeypatch):
     real = agent_module.nstep_targets
     monkeypatch.setattr(agent_module, "nstep_targets",
                         lambda *a: captured.setdefault("y", real(*a).unsqueeze(-1)).squeeze(-1))
-    agent = make_agent(AGENTS[agent_name], kind, online_coeff=0.0, offline_coeff=1.0)
+    agent = make_agent(AGENTS[agent_name], kind, online_coeff=0.0, offline_coeff=1.0, n_step=1)
     outputs = []
     agent.critics.register_forward_hook(lambda m, args, out: outputs.append(out))
     batch = random_batch(ACTION_SPACES[kind], obs_space())
@@ -935,3 +945,80 @@ def test_hydra_rejects_mismatched_options(envs):
         hydra_agent(envs, "discrete", ["agent.actor.discrete_dist_type=gmm"])
     with pytest.raises(Exception, match="feature_dim"):  # keys belong to their actor option
         compose(ENVS["discrete"] + ["agent.actor.feature_dim=16"])
+
+
+# --- auto critic bins: fitted to the rewards collection sees ------------------------------------------------------
+def auto_agent(room=4.0 / 31.0, **kw):
+    return make_agent(MultiTaskAgent, "discrete", critic=partial(
+        NCriticsTwoHot, d_hidden=16, min_return="auto", max_return="auto", output_bins=32, use_symlog=False,
+        label_type="hlgauss", sigma=2.0, auto_room=room), **kw)
+
+
+def test_auto_bins_hold_the_largest_discounted_return_and_the_room_asked_for():
+    """Rewards within [0, 1] x10 over episodes of at most 500 steps at gamma 0.99: the top return is
+    10 (1 - 0.99^500) / 0.01; a room of 4/31 of the range is left beyond it at each end."""
+    agent = auto_agent(multigammas=[0.5, 0.9], gamma=0.99, reward_multiplier=10.0)
+    assert (agent.critics.min_return, agent.critics.max_return) == (-1.0, 1.0)  # until a reward is seen
+    line = agent.fit_return_range(0.0, 1.0, 500)
+    top = 10.0 * (1.0 - 0.99**500) / 0.01
+    room = 4.0 / 31.0
+    inner_lo = -1.0 + room * 2.0  # the provisional range's own inner edge stays covered
+    span = (top - inner_lo) / (1.0 - 2.0 * room)
+    for critics in (agent.critics, agent.target_critics):
+        assert critics.min_return == pytest.approx(inner_lo - room * span)
+        assert critics.max_return == pytest.approx(top + room * span)
+        assert float(critics.bin_values[-1]) == pytest.approx(top + room * span)
+    assert line.startswith("critic bins [") and "rewards seen within [0, 1], x10, gamma 0.99" in line
+    assert "episodes of at most 500 steps" in line
+    # rewards already held: nothing moves; a larger one widens the bins, the lower end stays
+    lo = agent.critics.min_return
+    assert agent.fit_return_range(0.0, 0.5, 500) is None
+    assert agent.fit_return_range(-0.1, 2.0, 500) is not None
+    assert agent.critics.max_return > 2 * top and agent.critics.min_return < lo
+    # the default room is none: the bound is the range (the provisional [-1, 1] stays inside it)
+    tight = auto_agent(room=0.0, multigammas=[0.5, 0.9], gamma=0.99, reward_multiplier=10.0)
+    tight.fit_return_range(0.0, 1.0, 500)
+    assert (tight.critics.min_return, tight.critics.max_return) == pytest.approx((-1.0, top))
+
+
+def test_auto_bins_without_an_episode_limit_use_the_discount_horizon():
+    agent = auto_agent(multigammas=[0.5], gamma=0.9, reward_multiplier=1.0)
+    line = agent.fit_return_range(-2.0, 0.0, None)
+    room = 4.0 / 31.0
+    span = (1.0 - room * 2.0 - (-20.0)) / (1.0 - 2.0 * room)  # -2 / (1 - 0.9) below, the provisional top above
+    assert agent.critics.min_return == pytest.approx(-20.0 - room * span)
+    assert "no episode limit: 1 / (1 - gamma) steps" in line
+
+
+def test_auto_bins_travel_with_the_weights():
+    """The fitted range is part of the state dict: a resumed run (or an evaluation) gets the same bins."""
+    agent = auto_agent()
+    agent.fit_return_range(0.0, 3.0, 100)
+    fresh = auto_agent()
+    fresh.load_state_dict(agent.state_dict())
+    for a, b in ((agent.critics, fresh.critics), (agent.target_critics, fresh.target_critics)):
+        torch.testing.assert_close(a.bin_values, b.bin_values)
+        assert (a.min_return, a.max_return) == (b.min_return, b.max_return)
+
+
+def test_auto_bins_need_both_ends_and_fixed_bins_do_not_move():
+    with pytest.raises(ValueError, match="'auto' fits both ends together"):
+        NCriticsTwoHot(state_dim=4, action_dim=2, discrete=True, gammas=torch.tensor([0.9]), min_return="auto",
+                       max_return=10.0)
+    fixed = make_agent(MultiTaskAgent, "discrete")
+    assert fixed.fit_return_range(0.0, 1e6, 10) is None and fixed.critics.max_return == 100.0
+    with pytest.raises(ValueError, match="fixed"):
+        fixed.critics.set_return_range(0.0, 1.0)
+
+
+def test_auto_bins_take_an_envs_declared_returns_and_a_chosen_room():
+    """env=popgym declares its episode returns within [-1, 1]: x100 that is the range, whatever the rewards seen;
+    `auto_room=0` leaves no room beyond it."""
+    agent = make_agent(MultiTaskAgent, "discrete", reward_multiplier=100.0, critic=partial(
+        NCriticsTwoHot, d_hidden=16, output_bins=32, use_symlog=False, label_type="hlgauss", sigma=2.0, auto_room=0.0))
+    line = agent.fit_return_range(-0.02, 0.05, 104, declared=(-1.0, 1.0))
+    assert (agent.critics.min_return, agent.critics.max_return) == pytest.approx((-100.0, 100.0))
+    assert "the env's episode returns within [-1, 1], x100" in line
+    assert agent.fit_return_range(-0.5, 0.9, 104, declared=(-1.0, 1.0)) is None
+    with pytest.raises(ValueError, match=r"auto_room must be in \[0, 0.5\), got 0.5"):
+        NCriticsTwoHot(state_dim=4, action_dim=2, discrete=True, gammas=torch.tensor([0.9]), auto_room=0.5)

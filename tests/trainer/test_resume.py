@@ -113,3 +113,27 @@ def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     assert leftovers == []
     latest = torch.load(ck.latest, weights_only=True)
     assert all(torch.equal(v, _state(run, 2)["agent"][k]) for k, v in latest.items())
+
+
+def test_auto_critic_bins_are_fitted_by_collection_and_kept_by_a_resume(tmp_path):
+    """agent=multitask's `auto` bins: fitted to the first collection's rewards (CartPole: +1 a step for at most 500
+    steps, x10), logged with every collection, saved with the weights, and a resumed run starts from them rather
+    than from the provisional [-1, 1]."""
+    run = tmp_path / "run"
+    overrides = ["env=gym", "env.id=CartPole-v1", "env.horizon=null", "agent=multitask", "trainer.epochs=1",
+                 "trainer.ckpt_interval=1"]  # (no horizon given: the limit gymnasium registered, 500)
+    train(compose_config(overrides), run)
+    rows = read_jsonl(run / "metrics" / "train.jsonl")
+    top = 10.0 * (1.0 - 0.999**500) / 0.001
+    assert rows[0]["train/Critic Bins Highest Return"] == pytest.approx(top, rel=1e-5)  # no room by default
+    saved = _state(run, 0)["agent"]["critics.return_range"]
+    assert float(saved[1]) == pytest.approx(rows[0]["train/Critic Bins Highest Return"])
+    train(compose_config([f"resume={run}"]), tmp_path / "x", overrides=[f"resume={run}", "trainer.epochs=2"])
+    rows = read_jsonl(run / "metrics" / "train.jsonl")
+    assert len(rows) == 2 and rows[1]["train/Critic Bins Highest Return"] == rows[0]["train/Critic Bins Highest Return"]
+
+
+def test_auto_critic_bins_need_collection():
+    cfg = compose_config(["agent=multitask", "trainer.mode=learn"])
+    with pytest.raises(ValueError, match="a trainer.mode=learn process does not see"):
+        train(cfg, "/nonexistent-run-dir-never-created")

@@ -185,13 +185,13 @@ class Agent(BaseAgent):
         self.fbc_filter = fbc_filter_func or binary_filter
         self.use_target_actor, self.n_step = use_target_actor, n_step
         # Tree backup weighs a later step by the policy's probability of the data's action there; where that
-        # probability is not known exactly (continuous or multibinary actions, sample-valued critics) its trace is
-        # cut at once, which is the 1-step target. The start-up line says which rule a run got.
+        # probability or the other actions' values are not known exactly (continuous or multibinary actions,
+        # sample-valued critics) its trace is cut at once, which is the 1-step target. The start-up line says which rule a run got.
         wants_tree = n_step > 1 and n_step_traces == "tree_backup"
         self.tree_backup = wants_tree and self._has_q_table()
         if wants_tree and not self.tree_backup:
             self.n_step = 1
-            self.target_rule = (f"1-step targets (tree backup needs discrete actions with the Agent; "
+            self.target_rule = (f"1-step targets (tree backup needs every action's value: discrete actions, per-action critic; "
                                 f"agent.n_step_traces=uncorrected sums {n_step} rewards)")
         else:
             self.target_rule = f"{n_step}-step{' tree-backup' if self.tree_backup else ''} targets"

@@ -41,11 +41,14 @@ class MultiTaskAgent(Agent):
         online_coeff: float = 0.0,
         offline_coeff: float = 1.0,
         num_actions_for_value_in_actor_loss: int = 3,
+        n_step: int = 1,
         **kwargs,
     ):
-        """`Agent`'s arguments; only the defaults of the actor loss differ (filtered BC first, K_a = 3)."""
+        """`Agent`'s arguments; only the defaults of the actor loss (filtered BC first, K_a = 3) and of the targets
+        (1-step) differ."""
         super().__init__(*args, online_coeff=online_coeff, offline_coeff=offline_coeff,
-                         num_actions_for_value_in_actor_loss=num_actions_for_value_in_actor_loss, **kwargs)
+                         num_actions_for_value_in_actor_loss=num_actions_for_value_in_actor_loss, n_step=n_step,
+                         **kwargs)
 
     # --- construction hooks -------------------------------------------------------------------------
     def _prepare_actor(self, actor: nn.Module) -> None:
@@ -68,7 +71,46 @@ class MultiTaskAgent(Agent):
                              "space has; continuous and multibinary actions need an action-conditioned critic")
 
     def _has_q_table(self) -> bool:
-        return False  # its targets keep the plain n-step sum (n_step_traces applies to the Agent)
+        # the per-action layout gives every action's value and the policy's exact probabilities, which is what
+        # tree backup needs; sample-valued critics (an action input) keep 1-step targets
+        return self.discrete and not self.critics.takes_actions
+
+    # --- the return range of `auto` bins ------------------------------------------------------------------
+    def fit_return_range(self, reward_low: float, reward_high: float, horizon: int | None,
+                         declared: tuple[float, float] | None = None) -> str | None:
+        """Widen the bins of an `auto` critic so that they hold every discounted return that single-step rewards
+        within [reward_low, reward_high] can add up to: reward_multiplier x reward x (1 - gamma^H) / (1 - gamma)
+        for the longest discount, H the episode limit (without one, 1 / (1 - gamma)), plus the critic's `auto_room`
+        share of the range at each end. An env that knows its episode returns (`declared`, unscaled) is taken at its word
+        instead. The bins only widen, and only when a reward falls outside what they already hold, so a fitted
+        range stays put. Returns a line saying what changed, or None."""
+        if not getattr(self.critics, "auto_range", False):
+            return None
+        gamma = float(self.gammas.max())
+        if declared is not None:
+            need_lo, need_hi = (self.reward_multiplier * min(float(declared[0]), 0.0),
+                                self.reward_multiplier * max(float(declared[1]), 0.0))
+        else:
+            steps = 1.0 / (1.0 - gamma) if horizon is None else (1.0 - gamma ** horizon) / (1.0 - gamma)
+            need_lo = self.reward_multiplier * min(reward_low, 0.0) * steps
+            need_hi = self.reward_multiplier * max(reward_high, 0.0) * steps
+        lo, hi = self.critics.min_return, self.critics.max_return
+        room = self.critics.auto_room
+        inner = (lo + room * (hi - lo), hi - room * (hi - lo))
+        if need_lo >= inner[0] and need_hi <= inner[1]:
+            return None
+        need_lo, need_hi = min(need_lo, inner[0]), max(need_hi, inner[1])
+        span = (need_hi - need_lo) / (1.0 - 2.0 * room)
+        new_lo, new_hi = need_lo - room * span, need_hi + room * span
+        for critics in (self.critics, self.target_critics):
+            critics.set_return_range(new_lo, new_hi)
+        if declared is not None:
+            return (f"critic bins [{new_lo:,.4g}, {new_hi:,.4g}] (agent.critic.min_return/max_return=auto: the env's "
+                    f"episode returns within [{declared[0]:g}, {declared[1]:g}], x{self.reward_multiplier:g})")
+        where = f"episodes of at most {horizon} steps" if horizon else "no episode limit: 1 / (1 - gamma) steps"
+        return (f"critic bins [{new_lo:,.4g}, {new_hi:,.4g}] (agent.critic.min_return/max_return=auto: rewards "
+                f"seen within [{reward_low:.4g}, {reward_high:.4g}], x{self.reward_multiplier:g}, gamma {gamma:g}, "
+                f"{where})")
 
     def _policy_is_differentiable(self) -> bool:
         return self.actor.dist.has_rsample
@@ -129,7 +171,14 @@ class MultiTaskAgent(Agent):
             next_probs = self.policy(actor_next, s_next, batch.obs, slice(1, None)).probs  # (B, T, G, n)
             q_next_all = self.target_critics.to_value(self.target_critics(s_next))[..., 0]  # (B, T, C, G, n)
             q_next = (q_next_all * next_probs.unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
-            y = self._td_targets(batch, self._redq(q_next), mask)  # (B, T, G, 1)
+            if self.tree_backup:
+                a_next_data = self._buffer_actions(batch.actions)[:, 1:]  # a_{t+1}, hard one-hot: (B, T, G, n)
+                q_data_next = (q_next_all * a_next_data.unsqueeze(2)).sum(-1, keepdim=True)
+                v_next, q_data_next = self._redq_pair(q_next, q_data_next)
+                pi_data = (next_probs * a_next_data).sum(-1)  # pi(a_{t+1} | s_{t+1}): (B, T, G)
+                y = self._tree_backup_targets(batch, v_next, q_data_next, pi_data, mask)
+            else:
+                y = self._td_targets(batch, self._redq(q_next), mask)  # (B, T, G, 1)
             self.popart.update_stats(y, mask_g)
             labels = self.critics.labels(y[..., 0])  # (B, T, G, bins)
         ce = -(labels.unsqueeze(2) * F.log_softmax(logits_data.float(), dim=-1)).sum(-1, keepdim=True)

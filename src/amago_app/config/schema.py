@@ -43,6 +43,9 @@ class EnvConfig:
     reward_multiplier: float = 10.0
     """Suggested `agent.reward_multiplier` for this env's reward scale (the agent's default follows it); env=popgym
     suggests 100, since POPGym spreads one episode's return of at most 1 over its steps."""
+    return_range: Optional[list] = None
+    """[lowest, highest] episode return the env can give (unscaled), where the env knows it (env=popgym: [-1, 1]);
+    `auto` critic bins are fitted to it instead of to the largest reward seen times the episode limit."""
     suggestion_note: Optional[str] = None
     """Why the env option suggests its window and reward multiplier (printed in the start-up lines)."""
     parallel_actors: int = 8
@@ -268,10 +271,12 @@ class CriticConfig:
 @dataclass
 class TwoHotCriticConfig(CriticConfig):
     _target_: str = f"{_P}.nets.heads.critics.NCriticsTwoHot"
-    min_return: Optional[float] = None
-    """Lowest return covered by the bins, in the scaled space (after reward_multiplier); null = -100_000 (warns)."""
-    max_return: Optional[float] = None
-    """Highest return covered by the bins (scaled); null = 100_000 (warns)."""
+    min_return: Any = "auto"
+    """Lowest return covered by the bins, in the scaled space (after reward_multiplier). auto (with max_return=auto):
+    the bins widen to hold what the rewards seen in collection can add up to over an episode, and the start-up lines
+    print each fit; null = -100_000 (warns)."""
+    max_return: Any = "auto"
+    """Highest return covered by the bins (scaled); auto: see min_return; null = 100_000 (warns)."""
     output_bins: int = 128
     use_symlog: bool = True
     """Space bins uniformly in symlog(return) (else linearly)."""
@@ -281,6 +286,10 @@ class TwoHotCriticConfig(CriticConfig):
     """HL-Gauss std in bin widths."""
     init_value: Optional[float] = None
     """Initial prediction of every critic (output bias = Gaussian log-profile around it); null = random."""
+    auto_room: float = 0.0
+    """With auto bins: the share of the range left beyond the rewards' bound at each end. 0: the returns' bound is
+    the range, as the `cartpole` row's hand-set one nearly is; HL-Gauss labels within 2 sigma of an edge are biased
+    inward, and on CartPole-v1 leaving that room (4 of 32 bins at each end) learned far worse."""
     discrete_layout: str = "per_action"
     """Discrete actions: per_action (state in, one bin distribution per action out; values of a policy are exact
     expectations) | action_input (the one-hot action is an input, AMAGO-2's layout; values from samples)."""
@@ -384,6 +393,9 @@ class MultiTaskAgentConfig(AgentConfig):
     online_coeff: float = 0.0
     offline_coeff: float = 1.0
     num_actions_for_value_in_actor_loss: int = 3
+    n_step: int = 1
+    """1-step targets, as AMAGO-2's; with a per-action discrete critic agent.n_step=3 gives exact tree-backup
+    targets (n_step_traces), unmeasured as a default for this agent."""
 
 
 # --- exploration ------------------------------------------------------------------------------------------

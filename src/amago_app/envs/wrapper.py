@@ -90,6 +90,15 @@ class ReportEnvName(gym.Wrapper):
         self._t = state["t"]
         set_chain_state(self.env, state["levels"])
 
+    def amago_episode_limit(self) -> int | None:
+        """The env's longest episode where it declares one: gymnasium's registered time limit, else a
+        `max_episode_steps` attribute of the env."""
+        spec = getattr(self.env, "spec", None)
+        limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
+        if limit is None:
+            limit = getattr(self.env.unwrapped, "max_episode_steps", None)
+        return int(limit) if isinstance(limit, (int, np.integer)) and limit > 0 else None
+
     @property
     def env_name(self) -> str:
         return self._fixed if self._fixed is not None else default_env_name(self.env, self._fallback)
@@ -360,6 +369,15 @@ class AMAGOEnv:
         self._returns[:] = state["returns"]
         self.env_names = list(state["env_names"])
         self.current = Timestep(**state["current"])
+
+    def episode_limit(self) -> int | None:
+        """The longest episode any of these envs declares (None: none declares one, or a vector env that does not
+        wrap its envs in `ReportEnvName`)."""
+        try:
+            limits = [x for x in self.env.call("amago_episode_limit") if x is not None]
+        except (AttributeError, NotImplementedError):
+            return None
+        return max(limits) if limits else None
 
     def close(self) -> None:
         self.env.close()

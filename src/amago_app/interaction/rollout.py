@@ -45,6 +45,8 @@ class RolloutStats:
         self.metrics: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.frames: Counter = Counter()
         self.episodes = 0
+        self.reward_low, self.reward_high = float("inf"), float("-inf")
+        """The lowest and highest single-step reward seen (a critic with `auto` bins is fitted to them)."""
         self.quota: int | None = None
         """Episodes asked for (None: as many as finished within the step limit)."""
 
@@ -158,6 +160,8 @@ class Rollout:
                     self.exploration.on_done(out.done)
                 for name in out.env_names:
                     stats.frames[name] += 1
+                stats.reward_low = min(stats.reward_low, float(out.step.reward.min()))
+                stats.reward_high = max(stats.reward_high, float(out.step.reward.max()))
                 # metrics first: those reported when an episode ends belong to that episode
                 for (name, key, value), i in zip(out.metrics, out.metric_actors):
                     if quota is None or finished[i] < quota[i]:

@@ -9,6 +9,7 @@ and restores); the counters are `self.counters` (`trainer/state.py`).
 from __future__ import annotations
 
 import gc
+import math
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -88,6 +89,14 @@ class Trainer:
                              f"actors, but {type(self.agent).__name__}.get_actions does not declare that it takes "
                              "one sampling choice per env (per_env_sampling = True); set it to 0 or 1")
         self.params = self.agent.trainable_parameters()
+        # `auto` critic bins follow the rewards the actors see: a learner that collects nothing cannot fit them
+        self.auto_bins = bool(getattr(getattr(self.agent, "critics", None), "auto_range", False))
+        if self.auto_bins and t.mode == "learn":
+            raise ValueError("agent.critic.min_return/max_return=auto fits the bins to the rewards of collection, "
+                             "which a trainer.mode=learn process does not see; give both as numbers")
+        self.episode_limit = cfg.env.get("horizon") or self.train_envs.episode_limit()
+        declared = cfg.env.get("return_range")
+        self.declared_returns = (float(declared[0]), float(declared[1])) if declared is not None else None
         self._background = BackgroundCollection(self) if self.overlap.value else None
         # the rollout step compiled now (trainer.compile_rollout), so that no collection waits for it; after the
         # overlap's acting copy is made (a copy acts eagerly until compiled itself)
@@ -243,8 +252,23 @@ class Trainer:
         train["Torch Threads"] = torch.get_num_threads()
         train["Collected Beside the Update"] = float(beside_update)
         train["Rollout Step Compiled"] = float(self.rollout_compiled.value)
+        if self.auto_bins:
+            train.update(self._fit_return_range(stats.reward_low, stats.reward_high))
         self.log("train", train)
         return fps
+
+    def _fit_return_range(self, low: float, high: float) -> dict[str, float]:
+        """Widen `auto` critic bins to this collection's rewards (the same on every process); the bins' ends as
+        metrics."""
+        if self.accelerator.num_processes > 1:
+            extremes = gather_object([(low, high)])
+            low, high = min(x[0] for x in extremes), max(x[1] for x in extremes)
+        if math.isfinite(low) and math.isfinite(high):  # (nothing collected: nothing to fit)
+            line = self.agent.fit_return_range(low, high, self.episode_limit, self.declared_returns)
+            if line and self.console is not None and self.console.enabled:
+                self.console.print(f"  {line}")
+        critics = self.agent.critics
+        return {"Critic Bins Lowest Return": critics.min_return, "Critic Bins Highest Return": critics.max_return}
 
     def validate(self) -> float | None:
         """One validation: `trainer.val_episodes` fresh episodes split evenly over every actor of every process

@@ -381,12 +381,14 @@ def test_init_value_sets_expected_value(init_value):
     assert plain_err.mean() > 3 * err and plain_err.mean() > 0.4  # without it the outputs are elsewhere
 
 
-def test_twohot_defaults_warn():
+def test_twohot_range_defaults_to_auto_and_unset_ends_warn():
+    c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1)
+    assert c.auto_range and (c.min_return, c.max_return) == (-1.0, 1.0)  # until the trainer fits it
     with pytest.warns(UserWarning, match="min_return"):
-        c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1, max_return=10.0)
+        c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1, min_return=None, max_return=10.0)
     assert c.min_return == -100_000.0
     with pytest.warns(UserWarning, match="max_return"):
-        c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1, min_return=-10.0)
+        c = NCriticsTwoHot(4, 2, True, torch.tensor([0.9]), num_critics=1, min_return=-10.0, max_return=None)
     assert c.max_return == 100_000.0
     assert float(c.bin_centers[-1]) == pytest.approx(float(symlog(torch.tensor(100_000.0))))
 

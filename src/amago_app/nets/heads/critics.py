@@ -314,7 +314,9 @@ class NCriticsTwoHot(_CriticEnsemble):
     Inputs are [state, gamma feature, action], except for discrete actions with `discrete_layout="per_action"`:
     then the input is the state and the output holds `output_bins` logits for every (gamma, action). Bin centres
     are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are
-    in the scaled return space (after the agent's `reward_multiplier`). `init_value` starts every critic's
+    in the scaled return space (after the agent's `reward_multiplier`); "auto" for both ends starts them at [-1, 1]
+    and leaves them to `MultiTaskAgent.fit_return_range`, which the trainer calls with the rewards of every
+    collection (None: +-100,000, with a warning). `init_value` starts every critic's
     prediction near that value. `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation,
     normalization (`_CriticEnsemble`).
     """
@@ -327,18 +329,27 @@ class NCriticsTwoHot(_CriticEnsemble):
         action_dim: int,
         discrete: bool,
         gammas: torch.Tensor,
-        min_return: float | None = None,
-        max_return: float | None = None,
+        min_return: float | str | None = "auto",
+        max_return: float | str | None = "auto",
         output_bins: int = 128,
         use_symlog: bool = True,
         label_type: str = "twohot",
         sigma: float = 0.75,
         init_value: float | None = None,
         discrete_layout: str = "per_action",
+        auto_room: float = 0.0,
         **ensemble,
     ):
         if discrete_layout not in ("per_action", "action_input"):
             raise ValueError(f"discrete_layout must be 'per_action' or 'action_input', got {discrete_layout!r}")
+        # "auto" (both ends): the trainer fits the range to the rewards the actors see (`fit_return_range`); until
+        # the first nonzero reward the bins span [-1, 1]
+        auto_range = min_return == "auto" or max_return == "auto"
+        if auto_range and not (min_return == "auto" and max_return == "auto"):
+            raise ValueError(f"min_return={min_return!r} / max_return={max_return!r}: 'auto' fits both ends "
+                             "together; give both as numbers or both as auto")
+        if auto_range:
+            min_return, max_return = -1.0, 1.0
         if min_return is None:
             warnings.warn("NCriticsTwoHot: min_return not set, using -100_000 (set agent.critic.min_return to the "
                           "lowest scaled return for finer bins)", stacklevel=2)
@@ -361,17 +372,48 @@ class NCriticsTwoHot(_CriticEnsemble):
                          d_out=len(gammas) * action_dim * output_bins if per_action else output_bins,
                          takes_actions=not per_action)
         self.discrete_layout = discrete_layout
-        self.min_return, self.max_return = float(min_return), float(max_return)
         self.output_bins, self.use_symlog = output_bins, use_symlog
         self.label_type, self.sigma = label_type, sigma
-        lo, hi = (symlog(torch.tensor([self.min_return, self.max_return])) if use_symlog
-                  else torch.tensor([self.min_return, self.max_return]))
-        self.register_buffer("bin_centers", torch.linspace(float(lo), float(hi), output_bins), persistent=False)
-        # the return each bin stands for (bins are evenly spaced in the transformed space, not in returns)
-        self.register_buffer("bin_values", symexp(self.bin_centers) if use_symlog else self.bin_centers.clone(),
-                             persistent=False)
+        self.auto_range = auto_range
+        if not 0.0 <= auto_room < 0.5:
+            raise ValueError(f"auto_room must be in [0, 0.5), got {auto_room}")
+        self.auto_room = auto_room
+        if auto_range:  # a fitted range is part of the checkpoint (an exact resume needs the same bins)
+            self.register_buffer("return_range", torch.tensor([float(min_return), float(max_return)],
+                                                              dtype=torch.float32))
+        self.register_buffer("bin_centers", torch.zeros(output_bins), persistent=False)
+        self.register_buffer("bin_values", torch.zeros(output_bins), persistent=False)
+        self._place_bins(float(min_return), float(max_return))
         if init_value is not None:
             self.set_init_value(init_value)
+
+    @torch.no_grad()
+    def _place_bins(self, min_return: float, max_return: float) -> None:
+        self.min_return, self.max_return = float(min_return), float(max_return)
+        lo, hi = (symlog(torch.tensor([self.min_return, self.max_return])) if self.use_symlog
+                  else torch.tensor([self.min_return, self.max_return]))
+        centers = torch.linspace(float(lo), float(hi), self.output_bins)
+        self.bin_centers.copy_(centers)
+        # the return each bin stands for (bins are evenly spaced in the transformed space, not in returns)
+        self.bin_values.copy_(symexp(centers) if self.use_symlog else centers)
+
+    @torch.no_grad()
+    def set_return_range(self, min_return: float, max_return: float) -> None:
+        """Move the bins of an `auto` critic to [min_return, max_return] (scaled returns). The logits stay, so
+        every prediction keeps its place in the range: values are rescaled with the range, and training corrects
+        them from there."""
+        if not self.auto_range:
+            raise ValueError("set_return_range: this critic's range is fixed (min_return / max_return given)")
+        if not min_return < max_return:
+            raise ValueError(f"need min_return < max_return, got {min_return}, {max_return}")
+        self.return_range.copy_(torch.tensor([float(min_return), float(max_return)]))
+        self._place_bins(*(float(v) for v in self.return_range))  # as a loaded checkpoint will place them
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if self.auto_range and prefix + "return_range" in state_dict:
+            lo, hi = (float(v) for v in self.return_range)
+            self._place_bins(lo, hi)
 
     @property
     def bin_width(self) -> float:
