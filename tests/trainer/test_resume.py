@@ -133,7 +133,10 @@ def test_auto_critic_bins_are_fitted_by_collection_and_kept_by_a_resume(tmp_path
     assert len(rows) == 2 and rows[1]["train/Critic Bins Highest Return"] == rows[0]["train/Critic Bins Highest Return"]
 
 
-def test_auto_critic_bins_need_collection():
-    cfg = compose_config(["agent=multitask", "trainer.mode=learn"])
-    with pytest.raises(ValueError, match="a trainer.mode=learn process does not see"):
-        train(cfg, "/nonexistent-run-dir-never-created")
+@pytest.mark.parametrize("setting", ["trainer.mode=learn", "trainer.mode=async", "trainer.start_collecting_at_epoch=5"])
+def test_auto_critic_bins_need_collection_before_learning(setting, tmp_path):
+    """A learner that sees no rewards (a separate or asynchronous learner, offline data) would keep the provisional
+    bins: it is refused with one line."""
+    cfg = compose_config(["agent=multitask", setting, f"buffer.root={tmp_path}"])
+    with pytest.raises(ValueError, match="learns without them; give both as numbers"):
+        train(cfg, tmp_path / "run")

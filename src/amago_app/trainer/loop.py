@@ -91,9 +91,13 @@ class Trainer:
         self.params = self.agent.trainable_parameters()
         # `auto` critic bins follow the rewards the actors see: a learner that collects nothing cannot fit them
         self.auto_bins = bool(getattr(getattr(self.agent, "critics", None), "auto_range", False))
-        if self.auto_bins and t.mode == "learn":
-            raise ValueError("agent.critic.min_return/max_return=auto fits the bins to the rewards of collection, "
-                             "which a trainer.mode=learn process does not see; give both as numbers")
+        collects_first = (t.mode in ("both", "collect") and t.train_timesteps_per_epoch > 0
+                          and t.start_collecting_at_epoch <= t.start_learning_at_epoch)
+        if self.auto_bins and not collects_first:
+            raise ValueError("agent.critic.min_return/max_return=auto fits the bins to the rewards this process "
+                             f"collects before it learns, and trainer.mode={t.mode} with start_collecting_at_epoch="
+                             f"{t.start_collecting_at_epoch}, start_learning_at_epoch={t.start_learning_at_epoch} "
+                             "learns without them; give both as numbers")
         self.episode_limit = cfg.env.get("horizon") or self.train_envs.episode_limit()
         declared = cfg.env.get("return_range")
         self.declared_returns = (float(declared[0]), float(declared[1])) if declared is not None else None
