@@ -295,3 +295,12 @@ def test_a_run_another_matrix_is_training_is_left_alone(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_rows_with_two_hot_critics_give_their_range_as_numbers():
+    """The exported settings leave out what `auto` bins are fitted to (env.return_range, auto_room), which holds
+    only while every row's two-hot critic has a fixed range."""
+    for row in bench_rows.row_names():
+        critic = bench_rows.compose([f"+experiment=bench/{row}"]).agent.critic
+        if "min_return" in critic:
+            assert isinstance(critic.min_return, float) and isinstance(critic.max_return, float), row

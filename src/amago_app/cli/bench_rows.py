@@ -60,6 +60,8 @@ NOT_LEARNING = (
     # one process runs each run (auto: off below 4 cores); on a larger machine pass
     # --override trainer.overlap_collection=false for a like-for-like comparison with the original
     "trainer.overlap_collection",
+    # what `auto` critic bins are fitted to; every row with a two-hot critic gives its range as numbers
+    "env.return_range", "agent.critic.auto_room",
 )
 
 
