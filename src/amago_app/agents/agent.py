@@ -186,13 +186,14 @@ class Agent(BaseAgent):
         self.use_target_actor, self.n_step = use_target_actor, n_step
         # Tree backup weighs a later step by the policy's probability of the data's action there; where that
         # probability or the other actions' values are not known exactly (continuous or multibinary actions,
-        # sample-valued critics) its trace is cut at once, which is the 1-step target. The start-up line says which rule a run got.
+        # sample-valued critics) its trace is cut at once, which is the 1-step target. The start-up line says which
+        # rule a run got.
         wants_tree = n_step > 1 and n_step_traces == "tree_backup"
         self.tree_backup = wants_tree and self._has_q_table()
         if wants_tree and not self.tree_backup:
             self.n_step = 1
-            self.target_rule = (f"1-step targets (tree backup needs every action's value: discrete actions, per-action critic; "
-                                f"agent.n_step_traces=uncorrected sums {n_step} rewards)")
+            self.target_rule = (f"1-step targets (tree backup needs every action's value: discrete actions, "
+                                f"per-action critic; agent.n_step_traces=uncorrected sums {n_step} rewards)")
         else:
             self.target_rule = f"{n_step}-step{' tree-backup' if self.tree_backup else ''} targets"
         self.k_critic, self.k_actor = self._num_action_samples(num_actions_for_value_in_critic_loss,

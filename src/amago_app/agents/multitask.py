@@ -22,6 +22,8 @@ Masks, `critic_loss_weight`, target updates and acting are those of `Agent`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -77,23 +79,27 @@ class MultiTaskAgent(Agent):
 
     # --- the return range of `auto` bins ------------------------------------------------------------------
     def fit_return_range(self, reward_low: float, reward_high: float, horizon: int | None,
-                         declared: tuple[float, float] | None = None) -> str | None:
+                         declared: Sequence[float] | None = None) -> str | None:
         """Widen the bins of an `auto` critic so that they hold every discounted return that single-step rewards
         within [reward_low, reward_high] can add up to: reward_multiplier x reward x (1 - gamma^H) / (1 - gamma)
         for the longest discount, H the episode limit (without one, 1 / (1 - gamma)), plus the critic's `auto_room`
-        share of the range at each end. An env that knows its episode returns (`declared`, unscaled) is taken at its word
-        instead. The bins only widen, and only when a reward falls outside what they already hold, so a fitted
+        share of the range at each end. An env that knows its episode returns (`declared`, unscaled) is taken at its
+        word instead. The bins only widen, and only when a reward falls outside what they already hold, so a fitted
         range stays put. Returns a line saying what changed, or None."""
         if not getattr(self.critics, "auto_range", False):
             return None
         gamma = float(self.gammas.max())
         if declared is not None:
-            need_lo, need_hi = (self.reward_multiplier * min(float(declared[0]), 0.0),
-                                self.reward_multiplier * max(float(declared[1]), 0.0))
+            low, high, steps = float(declared[0]), float(declared[1]), 1.0
+            why = f"the env's episode returns within [{low:g}, {high:g}], x{self.reward_multiplier:g}"
         else:
+            low, high = reward_low, reward_high
             steps = 1.0 / (1.0 - gamma) if horizon is None else (1.0 - gamma ** horizon) / (1.0 - gamma)
-            need_lo = self.reward_multiplier * min(reward_low, 0.0) * steps
-            need_hi = self.reward_multiplier * max(reward_high, 0.0) * steps
+            where = f"episodes of at most {horizon} steps" if horizon else "no episode limit: 1 / (1 - gamma) steps"
+            why = (f"rewards seen within [{low:.4g}, {high:.4g}], x{self.reward_multiplier:g}, gamma {gamma:g}, "
+                   f"{where}")
+        need_lo = self.reward_multiplier * min(low, 0.0) * steps
+        need_hi = self.reward_multiplier * max(high, 0.0) * steps
         lo, hi = self.critics.min_return, self.critics.max_return
         room = self.critics.auto_room
         inner = (lo + room * (hi - lo), hi - room * (hi - lo))
@@ -104,13 +110,7 @@ class MultiTaskAgent(Agent):
         new_lo, new_hi = need_lo - room * span, need_hi + room * span
         for critics in (self.critics, self.target_critics):
             critics.set_return_range(new_lo, new_hi)
-        if declared is not None:
-            return (f"critic bins [{new_lo:,.4g}, {new_hi:,.4g}] (agent.critic.min_return/max_return=auto: the env's "
-                    f"episode returns within [{declared[0]:g}, {declared[1]:g}], x{self.reward_multiplier:g})")
-        where = f"episodes of at most {horizon} steps" if horizon else "no episode limit: 1 / (1 - gamma) steps"
-        return (f"critic bins [{new_lo:,.4g}, {new_hi:,.4g}] (agent.critic.min_return/max_return=auto: rewards "
-                f"seen within [{reward_low:.4g}, {reward_high:.4g}], x{self.reward_multiplier:g}, gamma {gamma:g}, "
-                f"{where})")
+        return f"critic bins [{new_lo:,.4g}, {new_hi:,.4g}] (agent.critic.min_return/max_return=auto: {why})"
 
     def _policy_is_differentiable(self) -> bool:
         return self.actor.dist.has_rsample

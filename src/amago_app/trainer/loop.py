@@ -98,9 +98,9 @@ class Trainer:
                              f"collects before it learns, and trainer.mode={t.mode} with start_collecting_at_epoch="
                              f"{t.start_collecting_at_epoch}, start_learning_at_epoch={t.start_learning_at_epoch} "
                              "learns without them; give both as numbers")
-        self.episode_limit = cfg.env.get("horizon") or self.train_envs.episode_limit()
-        declared = cfg.env.get("return_range")
-        self.declared_returns = (float(declared[0]), float(declared[1])) if declared is not None else None
+        if self.auto_bins:  # what the fits need from the env (asking the envs is a round trip in async mode)
+            self.episode_limit = cfg.env.get("horizon") or self.train_envs.episode_limit()
+            self.declared_returns = cfg.env.get("return_range")
         self._background = BackgroundCollection(self) if self.overlap.value else None
         # the rollout step compiled now (trainer.compile_rollout), so that no collection waits for it; after the
         # overlap's acting copy is made (a copy acts eagerly until compiled itself)

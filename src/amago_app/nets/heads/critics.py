@@ -407,13 +407,12 @@ class NCriticsTwoHot(_CriticEnsemble):
         if not min_return < max_return:
             raise ValueError(f"need min_return < max_return, got {min_return}, {max_return}")
         self.return_range.copy_(torch.tensor([float(min_return), float(max_return)]))
-        self._place_bins(*(float(v) for v in self.return_range))  # as a loaded checkpoint will place them
+        self._place_bins(*self.return_range.tolist())  # from the stored float32 ends, as a loaded checkpoint does
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if self.auto_range and prefix + "return_range" in state_dict:
-            lo, hi = (float(v) for v in self.return_range)
-            self._place_bins(lo, hi)
+            self._place_bins(*self.return_range.tolist())
 
     @property
     def bin_width(self) -> float:
