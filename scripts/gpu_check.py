@@ -159,6 +159,7 @@ class Bench:
 
 BENCHES = [Bench("reference", "update"), Bench("long", "update"), Bench("reference", "rollout"),
            Bench("long", "rollout"), Bench("reference", "update", ("trainer.compile=true",), side_by_side=False)]
+BENCH_NAMES = [b.name.removeprefix("bench:") for b in BENCHES]
 
 
 def check_overrides(check: Check, tiny: bool, reference: bool = False, device: str = "cuda",
@@ -273,6 +274,20 @@ def step_states(agent, batch, rows: int, steps: int, device, autocast):
     return torch.cat(out, dim=1).float().cpu(), seconds
 
 
+def full_fp32() -> None:
+    """fp32 means fp32 here: no TF32 in matmuls or convolutions on Ampere and newer, eager or compiled. Both
+    switches: torch >= 2.9 has a per-backend precision setting beside the older flags, and the compiler's
+    kernels read the newer one."""
+    import torch
+
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    for backend in (torch.backends.cuda.matmul, torch.backends.cudnn, getattr(torch.backends.cudnn, "conv", None)):
+        if backend is not None and hasattr(backend, "fp32_precision"):
+            backend.fp32_precision = "ieee"
+
+
 def sync(device) -> None:
     import torch
 
@@ -357,9 +372,8 @@ def run_check(check: Check, device: str, tiny: bool, workdir: Path, extra: list[
         return row(check.name, "skipped", reason=skip)
     if check.needs:
         importlib.import_module(check.needs)  # installed but broken (e.g. built for another torch): a failure
-    if check.precision == "fp32":  # fp32 means fp32 here: no TF32 matmuls / convolutions on Ampere and newer
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    if check.precision == "fp32":
+        full_fp32()
     cfg = compose(check_overrides(check, tiny, device=device, extra=extra))
     ref_cfg = compose(check_overrides(check, tiny, reference=True, extra=extra))
     fallbacks = Fallbacks()
@@ -468,8 +482,7 @@ def run_ddp(check: Check, device: str, tiny: bool, workdir: Path, extra: list[st
     world, local = int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     if device == "cuda":
         torch.cuda.set_device(local)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        full_fp32()
     # one group, two transports: CUDA tensors (the DDP update) over NCCL, CPU tensors (the reference) over gloo;
     # accelerate uses a group that is already there
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if device == "cuda" else "gloo")
@@ -768,34 +781,48 @@ def orchestrate(args) -> int:
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     checks = [c for c in CHECKS if not args.only or c.name in args.only]
     benches = [] if args.no_bench else [b for b in BENCHES if b.measure in args.bench]
+    if args.bench_only:
+        benches = [b for b in BENCHES if b.name.removeprefix("bench:") in args.bench_only]
     # the checks may use `--check-share` of the budget; the benches get the rest (and whatever the checks left)
     check_deadline = t0 + (args.budget * args.check_share if benches else args.budget)
     print(f"{PROGRAM}: {len(checks)} checks on {args.device} ({gpus} GPU), then {len(benches)} bench runs; "
           f"budget {args.budget:g} s", flush=True)
     rows: list[dict] = []
+    machine_info = machine(args.device)
+    out = Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write_report(done: bool) -> dict:
+        """The whole file, rewritten after every row: a run killed from outside (a lease that ends, a job
+        limit) keeps every row it finished; `complete` says whether the run got to its end."""
+        counts = {s: sum(r["status"] == s for r in rows) for s in ("pass", "fail", "skipped")}
+        report = {"tool": "scripts/gpu_check.py", "started": started, "seconds": round(time.monotonic() - t0, 1),
+                  "complete": done, "machine": machine_info,
+                  "settings": {"device": args.device, "budget_s": args.budget, "jobs": args.jobs,
+                               "tiny": args.tiny, "overrides": args.override, "original": args.original,
+                               "original_python": args.original_python},
+                  "tolerances": {**TOLERANCES, "rule": TOL_RULE}, "counts": counts, "rows": rows}
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=1) + "\n")
+        os.replace(tmp, out)
+        return report
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         running = [pool.submit(launch_check, c, args, check_deadline, gpus) for c in checks]
         for done in as_completed(running):  # reported as they finish, recorded in the checks' order
+            rows.append(done.result())
             print(summary_line(done.result()), flush=True)
-        rows.extend(f.result() for f in running)
+            write_report(False)
+        rows.sort(key=lambda r: CHECK_NAMES.index(r["name"]))
     for bench in benches:
         result = launch_bench(bench, args, t0 + args.budget)
         rows.append(result)
         print(summary_line(result), flush=True)
         for line in result["figures"].get("summary", []):
             print(f"    {line}", flush=True)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("pass", "fail", "skipped")}
-    report = {"tool": "scripts/gpu_check.py", "started": started, "seconds": round(time.monotonic() - t0, 1),
-              "machine": machine(args.device),
-              "settings": {"device": args.device, "budget_s": args.budget, "jobs": args.jobs, "tiny": args.tiny,
-                           "overrides": args.override, "original": args.original,
-                           "original_python": args.original_python},
-              "tolerances": {**TOLERANCES, "rule": TOL_RULE}, "counts": counts, "rows": rows}
-    out = Path(args.out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, out)
+        write_report(False)
+    report = write_report(True)
+    counts = report["counts"]
     print(f"{PROGRAM}: {counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped in "
           f"{report['seconds']:.0f} s; figures in {out}", flush=True)
     return 1 if counts["fail"] else 0
@@ -813,6 +840,8 @@ def parse_args(argv=None):
     p.add_argument("--bench", nargs="+", default=["update", "rollout"], choices=("update", "rollout"),
                    help="bench_update.py measurements to run (default: both, on the reference and long workloads)")
     p.add_argument("--no-bench", action="store_true", help="the checks only")
+    p.add_argument("--bench-only", nargs="+", default=None, metavar="RUN",
+                   help=f"these bench runs only, in this script's order: {BENCH_NAMES}")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override added to every config (repeatable), e.g. trainer.threads=4")
     p.add_argument("--dry", action="store_true", help="only the dry check, even with a GPU")
@@ -826,6 +855,10 @@ def parse_args(argv=None):
         unknown = [n for n in args.only if n not in CHECK_NAMES]
         if unknown:
             p.error(f"--only {unknown[0]!r} is not a check; choose from {', '.join(CHECK_NAMES)}")
+    if args.bench_only:
+        unknown = [n for n in args.bench_only if n not in BENCH_NAMES]
+        if unknown:
+            p.error(f"--bench-only {unknown[0]!r} is not a bench run; choose from {', '.join(BENCH_NAMES)}")
     if args.original and not args.original_python:
         p.error("--original needs --original-python (the original runs under its own environment)")
     if args.original and not Path(args.original).is_dir():

@@ -68,3 +68,4 @@ def test_a_check_compares_device_and_cpu_and_writes_its_row(tmp_path):
     if flash["status"] == "skipped":  # flash-attn absent (it is CUDA-only)
         assert "pip install" in flash["reason"]
     assert report["counts"]["fail"] == 0 and str(out) in r.stdout
+    assert report["complete"] is True and list(rows) == ["update_fp32", "attention[flash]"]  # the checks' order
