@@ -202,7 +202,7 @@ def compare(pairs: dict, precision: str, cpu_bf16: dict | None = None) -> dict:
     import torch
 
     tol = TOLERANCES[precision]
-    worst, worst_ratio, max_err, problems = None, 0.0, 0.0, []
+    worst, worst_ratio, max_err, problems, ratios = None, 0.0, 0.0, [], {}
     for name, (got, ref) in pairs.items():
         got, ref = got.detach().float().cpu(), ref.detach().float().cpu()
         if got.shape != ref.shape:
@@ -216,10 +216,13 @@ def compare(pairs: dict, precision: str, cpu_bf16: dict | None = None) -> dict:
         if cpu_bf16 is not None and name in cpu_bf16:
             bound = max(bound, tol["cpu_bf16_factor"] * cpu_bf16[name])
         max_err = max(max_err, err)
+        ratios[name] = err / bound
         if err / bound >= worst_ratio:
             worst, worst_ratio = name, err / bound
+    worst_five = sorted(ratios.items(), key=lambda kv: -kv[1])[:5]  # where a failure lives: one tensor or many
     return {"max_abs_err": max_err, "ok": not problems and worst_ratio <= 1.0, "problems": problems,
-            "worst": worst, "worst_err_over_tol": round(worst_ratio, 4), "tensors": len(pairs)}
+            "worst": worst, "worst_err_over_tol": round(worst_ratio, 4), "tensors": len(pairs),
+            "worst_five": {name: round(r, 4) for name, r in worst_five}}
 
 
 def forward_backward(model, agent, batch, backward):
@@ -229,6 +232,18 @@ def forward_backward(model, agent, batch, backward):
     backward(loss)
     grads = {n: p.grad.detach().float().cpu() for n, p in agent.named_parameters() if p.grad is not None}
     return loss.detach().float().cpu(), grads
+
+
+def compiled_vs_eager(trainer, eager, before: dict, batch, loss_c, grads_c, precision: str) -> dict:
+    """The compiled update against the same update run eagerly on the same device, from the same weights and
+    statistics (`before`): the compiler's own share of a difference from the CPU, by the same rule."""
+    trainer.agent.load_state_dict(before)
+    loss_e, grads_e = forward_backward(eager, trainer.agent, batch, trainer.accelerator.backward)
+    pairs = {"loss": (loss_c, loss_e), **{f"grad:{n}": (grads_c[n], g) for n, g in grads_e.items() if n in grads_c}}
+    result = compare(pairs, precision)
+    return {"ok": result["ok"], "max_abs_err": result["max_abs_err"], "worst_tensor": result["worst"],
+            "worst_err_over_tol": result["worst_err_over_tol"], "worst_five": result["worst_five"],
+            "loss_compiled": float(loss_c), "loss_eager": float(loss_e)}
 
 
 def full_states(agent, batch, autocast):
@@ -399,6 +414,7 @@ def run_check(check: Check, device: str, tiny: bool, workdir: Path, extra: list[
             figures["attention_backend"] = memory.attention_backend
         if hasattr(memory, "uses_kernels"):
             figures["mamba_kernels"] = bool(memory.uses_kernels)
+        before = {k: v.detach().clone() for k, v in trainer.agent.state_dict().items()}  # σReparam's u, v move
         with sdpa_kernel(check.sdpa):
             t0 = time.perf_counter()
             loss_d, grads_d = forward_backward(trainer.model, trainer.agent, on_dev, trainer.accelerator.backward)
@@ -446,11 +462,16 @@ def run_check(check: Check, device: str, tiny: bool, workdir: Path, extra: list[
             figures["ms_per_forward_backward"] = round(1000 * statistics.median(times), 3)
         if dev.type == "cuda":
             figures["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        eager = getattr(trainer.model, "_orig_mod", None)
+        if eager is not None:  # compiled: is a difference the compiler's, or the device's?
+            figures["compiled_vs_eager_on_device"] = compiled_vs_eager(trainer, eager, before, on_dev, loss_d,
+                                                                       grads_d, check.precision)
     finally:
         trainer.close()
         logging.getLogger("amago_app.nets.traj.attention").removeHandler(fallbacks)
     result = compare(pairs, check.precision, cpu_bf16)
     figures.update(worst_tensor=result["worst"], worst_err_over_tol=result["worst_err_over_tol"],
+                   worst_five=result["worst_five"],
                    tensors_compared=result["tensors"], loss_device=float(loss_d), loss_cpu_fp32=float(loss_r))
     if cpu_bf16 is not None:
         figures["cpu_bf16_err_of_worst"] = cpu_bf16.get(result["worst"])
