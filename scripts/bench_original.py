@@ -10,6 +10,7 @@ carries the FLOPs of one `train_step` and the matrix peak of its dtype, as amago
 amago_app, and amago_app never imports the original.
 
     /path/to/original/venv/bin/python scripts/bench_original.py --original /path/to/amago --only update
+    ... --only update --window 1024 --batch 8 --threads 1     # one point of the update-against-context curve
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def make_experiment(args, tmp: Path, name: str, max_seq_len: int, corridor: int,
         make_train_env=make_env, make_val_env=make_env, val_timesteps_per_epoch=max_seq_len,
         parallel_actors=8, env_mode=args.env_mode, exploration_wrapper_type=EpsilonGreedy,
         traj_save_len=512 if isinstance(env, tuple) else max(max_seq_len, corridor + 1),  # 512: env=gym's
-        batch_size=24, dloader_workers=args.dloader_workers,
+        batch_size=args.batch, dloader_workers=args.dloader_workers,
         train_timesteps_per_epoch=timesteps, train_batches_per_epoch=batches, epochs=1_000,
         val_interval=None, ckpt_interval=None, always_save_latest=False, log_to_wandb=False, verbose=False,
         mixed_precision="no",
@@ -100,8 +101,11 @@ def fill(exp) -> None:
 
 
 def bench_update(args, tmp: Path) -> dict:
-    window = window_of(args.workload)
-    exp = make_experiment(args, tmp, "update", window, window - 1, args.fill_steps, args.iters)
+    window = args.window or window_of(args.workload)
+    # every actor finishes a T-maze episode as long as the window, so its loader (which pads a batch to its
+    # longest episode) draws windows of `window` steps
+    fill_steps = max(args.fill_steps, window + 10) if args.window else args.fill_steps
+    exp = make_experiment(args, tmp, "update", window, window - 1, fill_steps, args.iters)
     fill(exp)
     exp.policy_aclr.train()
     params = sum(p.numel() for p in exp.policy.trainable_params)
@@ -134,7 +138,8 @@ def bench_update(args, tmp: Path) -> dict:
             "updates_per_s_no_loading_best": round(max(compute), 3), "trainable_params": params,
             "cpu_ms_per_update_no_loading": round(cpu_ms, 1), "gflop_per_update": round(flops / 1e9, 3),
             "peak_gflops": round(peak, 1), "peak_dtype": "float32",
-            "peak_fraction": round(flops / 1e9 * ups / peak, 3), "threads": torch.get_num_threads()}
+            "peak_fraction": round(flops / 1e9 * ups / peak, 3), "threads": torch.get_num_threads(),
+            "window": window, "batch": args.batch}
 
 
 def bench_loop(args, tmp: Path) -> dict:
@@ -206,8 +211,14 @@ def main() -> None:
     p.add_argument("--torch-compile", action="store_true",
                    help="keep the original's torch.compile decorators (default: off, TORCHDYNAMO_DISABLE=1: with "
                         "torch 2.13 on CPU its compiled transformer update fails, and compiling costs minutes)")
+    p.add_argument("--batch", type=int, default=24, help="batch size (default 24, the workloads' own)")
+    p.add_argument("--window", type=int, default=None,
+                   help="`update` on T-maze with this max_seq_len (corridor = window - 1) instead of the workload's "
+                        "own: the update-against-context curve of docs/scaling.md")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args()
+    if args.window is not None and (args.only != "update" or isinstance(WORKLOADS[args.workload][2], tuple)):
+        p.error("--window measures `update` on a T-maze workload (reference or long)")
     if args.only != "update" and isinstance(WORKLOADS[args.workload][2], tuple):
         p.error(f"--workload {args.workload} measures `update` only, got --only {args.only}")
     if not args.torch_compile:
