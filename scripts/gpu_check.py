@@ -152,14 +152,19 @@ class Bench:
     side_by_side: bool = True
 
     @property
-    def name(self) -> str:
+    def run_name(self) -> str:
+        """What --bench-only takes, e.g. `update[reference, compiled]`."""
         compiled = "" if "trainer.compile=false" in self.overrides else ", compiled"
-        return f"bench:{self.measure}[{self.workload}{compiled}]"
+        return f"{self.measure}[{self.workload}{compiled}]"
+
+    @property
+    def name(self) -> str:  # the report's row name
+        return f"bench:{self.run_name}"
 
 
 BENCHES = [Bench("reference", "update"), Bench("long", "update"), Bench("reference", "rollout"),
            Bench("long", "rollout"), Bench("reference", "update", ("trainer.compile=true",), side_by_side=False)]
-BENCH_NAMES = [b.name.removeprefix("bench:") for b in BENCHES]
+BENCH_NAMES = [b.run_name for b in BENCHES]
 
 
 def check_overrides(check: Check, tiny: bool, reference: bool = False, device: str = "cuda",
@@ -202,7 +207,7 @@ def compare(pairs: dict, precision: str, cpu_bf16: dict | None = None) -> dict:
     import torch
 
     tol = TOLERANCES[precision]
-    worst, worst_ratio, max_err, problems, ratios = None, 0.0, 0.0, [], {}
+    max_err, problems, ratios = 0.0, [], {}
     for name, (got, ref) in pairs.items():
         got, ref = got.detach().float().cpu(), ref.detach().float().cpu()
         if got.shape != ref.shape:
@@ -217,8 +222,9 @@ def compare(pairs: dict, precision: str, cpu_bf16: dict | None = None) -> dict:
             bound = max(bound, tol["cpu_bf16_factor"] * cpu_bf16[name])
         max_err = max(max_err, err)
         ratios[name] = err / bound
-        if err / bound >= worst_ratio:
-            worst, worst_ratio = name, err / bound
+    # the worst tensor (the last of equals, in the pairs' order)
+    worst = max(reversed(list(ratios)), key=ratios.__getitem__) if ratios else None
+    worst_ratio = ratios[worst] if ratios else 0.0
     worst_five = sorted(ratios.items(), key=lambda kv: -kv[1])[:5]  # where a failure lives: one tensor or many
     return {"max_abs_err": max_err, "ok": not problems and worst_ratio <= 1.0, "problems": problems,
             "worst": worst, "worst_err_over_tol": round(worst_ratio, 4), "tensors": len(pairs),
@@ -414,7 +420,9 @@ def run_check(check: Check, device: str, tiny: bool, workdir: Path, extra: list[
             figures["attention_backend"] = memory.attention_backend
         if hasattr(memory, "uses_kernels"):
             figures["mamba_kernels"] = bool(memory.uses_kernels)
-        before = {k: v.detach().clone() for k, v in trainer.agent.state_dict().items()}  # σReparam's u, v move
+        eager = getattr(trainer.model, "_orig_mod", None)  # the model under torch.compile, if compiled
+        if eager is not None:  # its state before the update (σReparam's u, v move), for the eager update below
+            before = {k: v.detach().clone() for k, v in trainer.agent.state_dict().items()}
         with sdpa_kernel(check.sdpa):
             t0 = time.perf_counter()
             loss_d, grads_d = forward_backward(trainer.model, trainer.agent, on_dev, trainer.accelerator.backward)
@@ -462,7 +470,6 @@ def run_check(check: Check, device: str, tiny: bool, workdir: Path, extra: list[
             figures["ms_per_forward_backward"] = round(1000 * statistics.median(times), 3)
         if dev.type == "cuda":
             figures["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-        eager = getattr(trainer.model, "_orig_mod", None)
         if eager is not None:  # compiled: is a difference the compiler's, or the device's?
             figures["compiled_vs_eager_on_device"] = compiled_vs_eager(trainer, eager, before, on_dev, loss_d,
                                                                        grads_d, check.precision)
@@ -801,9 +808,12 @@ def orchestrate(args) -> int:
     started, t0 = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.monotonic()
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     checks = [c for c in CHECKS if not args.only or c.name in args.only]
-    benches = [] if args.no_bench else [b for b in BENCHES if b.measure in args.bench]
     if args.bench_only:
-        benches = [b for b in BENCHES if b.name.removeprefix("bench:") in args.bench_only]
+        benches = [b for b in BENCHES if b.run_name in args.bench_only]
+    elif args.no_bench:
+        benches = []
+    else:
+        benches = [b for b in BENCHES if b.measure in args.bench]
     # the checks may use `--check-share` of the budget; the benches get the rest (and whatever the checks left)
     check_deadline = t0 + (args.budget * args.check_share if benches else args.budget)
     print(f"{PROGRAM}: {len(checks)} checks on {args.device} ({gpus} GPU), then {len(benches)} bench runs; "
@@ -832,7 +842,7 @@ def orchestrate(args) -> int:
         running = [pool.submit(launch_check, c, args, check_deadline, gpus) for c in checks]
         for done in as_completed(running):  # reported as they finish, recorded in the checks' order
             rows.append(done.result())
-            print(summary_line(done.result()), flush=True)
+            print(summary_line(rows[-1]), flush=True)
             write_report(False)
         rows.sort(key=lambda r: CHECK_NAMES.index(r["name"]))
     for bench in benches:
