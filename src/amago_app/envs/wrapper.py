@@ -372,7 +372,11 @@ class AMAGOEnv:
 
     def episode_limit(self) -> int | None:
         """The longest episode any of these envs declares (None: none declares one, or a vector env that does not
-        wrap its envs in `ReportEnvName`)."""
+        wrap its envs in `ReportEnvName` and declares none itself). An already-vectorized env (gymnax) declares its
+        limit with its own `amago_episode_limit()`."""
+        own = getattr(self.env, "amago_episode_limit", None)
+        if callable(own):
+            return own()
         try:
             limits = [x for x in self.env.call("amago_episode_limit") if x is not None]
         except (AttributeError, NotImplementedError):

@@ -244,6 +244,8 @@ def test_gymnax_through_amago_env_already_vectorized():
         for i in np.flatnonzero(out.truncated):
             assert out.step.time_idx[i] == 12 and not out.step.terminal[i]
     assert {ep.env_name for out in ends for ep in out.episodes} == {"gymnax-CartPole-v1"}
+    # the params' time limit is the episode limit an `auto` critic's bins are fitted to
+    assert envs.episode_limit() == 12
     envs.close()
     box = gymnax_space_to_gymnasium(gx.Box(0, 1, (2, 2), bool))
     assert box.dtype == np.float32 and box.shape == (2, 2)

@@ -107,6 +107,7 @@ class GymnaxVectorEnv(VectorEnv):
         else:
             raise TypeError(f"unsupported gymnax action space {self.single_action_space!r}")
         max_steps = getattr(params, "max_steps_in_episode", None)
+        self._episode_limit = int(max_steps) if max_steps else None
         time_limit_truncates = bool(time_limit_truncates)
         n = self.num_envs
 
@@ -153,6 +154,11 @@ class GymnaxVectorEnv(VectorEnv):
         self._jax = jax
         self._key = jax.random.PRNGKey(seed)
         self._state = None
+
+    def amago_episode_limit(self) -> int | None:
+        """The params' `max_steps_in_episode`: what `AMAGOEnv.episode_limit` reports for these envs (an `auto`
+        critic's bins hold the returns of episodes this long)."""
+        return self._episode_limit
 
     @staticmethod
     def _leaf_spaces(space: spaces.Space):
