@@ -948,10 +948,10 @@ def test_hydra_rejects_mismatched_options(envs):
 
 
 # --- auto critic bins: fitted to the rewards collection sees ------------------------------------------------------
-def auto_agent(room=4.0 / 31.0, **kw):
+def auto_agent(room=4.0 / 31.0, per_gamma=False, **kw):
     return make_agent(MultiTaskAgent, "discrete", critic=partial(
         NCriticsTwoHot, d_hidden=16, min_return="auto", max_return="auto", output_bins=32, use_symlog=False,
-        label_type="hlgauss", sigma=2.0, auto_room=room), **kw)
+        label_type="hlgauss", sigma=2.0, auto_room=room, auto_per_gamma=per_gamma), **kw)
 
 
 def test_auto_bins_hold_the_largest_discounted_return_and_the_room_asked_for():
@@ -979,6 +979,86 @@ def test_auto_bins_hold_the_largest_discounted_return_and_the_room_asked_for():
     tight = auto_agent(room=0.0, multigammas=[0.5, 0.9], gamma=0.99, reward_multiplier=10.0)
     tight.fit_return_range(0.0, 1.0, 500)
     assert (tight.critics.min_return, tight.critics.max_return) == pytest.approx((-1.0, top))
+
+
+def test_auto_bins_per_discount_hold_what_each_discount_can_reach():
+    """Each discount's bins hold x10 rewards of [0, 1] over 500 steps at that discount: 20 at gamma 0.5, ~100 at
+    0.9, 10 (1 - 0.99^500) / 0.01 at 0.99; with auto_per_gamma=false (the default) every discount gets the
+    longest one's."""
+    tops = [10.0 * (1.0 - g**500) / (1.0 - g) for g in (0.5, 0.9, 0.99)]
+    agent = auto_agent(room=0.0, per_gamma=True, multigammas=[0.5, 0.9], gamma=0.99, reward_multiplier=10.0)
+    line = agent.fit_return_range(0.0, 1.0, 500)
+    for critics in (agent.critics, agent.target_critics):
+        assert critics.max_returns == pytest.approx(tops) and critics.min_returns == pytest.approx([-1.0] * 3)
+        torch.testing.assert_close(critics.gamma_values[:, -1], torch.tensor(tops))
+    assert "at gamma 0.99, [-1, 20] at 0.5" in line and "auto_per_gamma" in line
+    shared = make_agent(MultiTaskAgent, "discrete", multigammas=[0.5, 0.9], gamma=0.99, reward_multiplier=10.0,
+                        critic=partial(NCriticsTwoHot, d_hidden=16, output_bins=32, use_symlog=False,
+                                       label_type="hlgauss", sigma=2.0))
+    shared.fit_return_range(0.0, 1.0, 500)
+    assert shared.critics.max_returns == pytest.approx([tops[-1]] * 3) and not shared.critics.per_gamma
+
+
+@pytest.mark.parametrize("label_type", ["twohot", "hlgauss"])
+def test_per_discount_bins_label_and_read_each_discount_on_its_own_bins(label_type):
+    """Targets (B, G) labelled on their discount's bins read back as themselves (two-hot exactly, HL-Gauss within
+    a bin of that discount), through the per-action layout's (..., G, n, bins) too; a target beyond its own
+    discount's range lands on that discount's edge."""
+    critic = NCriticsTwoHot(state_dim=4, action_dim=3, discrete=True, gammas=torch.tensor([0.5, 0.9, 0.99]),
+                            num_critics=2, d_hidden=8, output_bins=64, use_symlog=False, label_type=label_type,
+                            auto_per_gamma=True)
+    critic.set_return_range(torch.tensor([-2.0, -10.0, -100.0]), torch.tensor([2.0, 10.0, 100.0]))
+    y = torch.tensor([[1.5, -7.0, 60.0], [-0.3, 4.0, -90.0], [5.0, 9.0, 0.5]])  # (B, G); 5.0 is beyond gamma 0.5's
+    labels = critic.labels(y)  # (B, G, bins)
+    assert labels.shape == (3, 3, 64)
+    back = critic.to_value(labels.log())[..., 0]
+    want = y.clone()
+    want[2, 0] = 2.0
+    widths = (critic.gamma_values[:, 1] - critic.gamma_values[:, 0]).expand(3, 3)
+    tol = 1e-4 if label_type == "twohot" else 1.0
+    assert ((back - want).abs() <= tol * widths).all(), (back, want)
+    per_action = labels.log().unsqueeze(-2).expand(3, 3, 3, 64)  # every action the same: (B, G, n, bins)
+    torch.testing.assert_close(critic.to_value(per_action, per_action=True)[..., 0], back.unsqueeze(-1).expand(3, 3, 3))
+
+
+def test_the_first_fit_restarts_predictions_at_init_value_and_later_ones_keep_their_place():
+    """Before any reward every target is 0, so the first fit (from the starting [-1, 1]) restarts predictions at
+    init_value instead of moving them to the middle of the fitted range; a later widening keeps their place."""
+    def agent(init_value):
+        return make_agent(MultiTaskAgent, "discrete", multigammas=[0.5, 0.9], gamma=0.999, reward_multiplier=10.0,
+                          critic=partial(NCriticsTwoHot, d_hidden=16, output_bins=32, use_symlog=False,
+                                         label_type="hlgauss", sigma=2.0, init_value=init_value))
+    torch.manual_seed(0)
+
+    def values(a):  # (G,) mean prediction per discount, on states of the critic's input width
+        s = torch.randn(4, 6, a.critics.w_state.shape[1], generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            return a.critics.to_value(a.critics(s), per_action=True).mean(dim=(0, 1, 2, 4, 5))
+
+    restarted, kept = agent(0.0), agent(None)
+    assert "predictions start at 0 (agent.critic.init_value)" in restarted.fit_return_range(0.0, 1.0, 1000)
+    assert "predictions start" not in kept.fit_return_range(0.0, 1.0, 1000)
+    top = 10.0 * (1.0 - 0.999**1000) / 0.001
+    assert restarted.critics.max_return == pytest.approx(top, rel=1e-4)
+    lo, hi = (torch.tensor(r) for r in (restarted.critics.min_returns, restarted.critics.max_returns))
+    assert (values(restarted).abs() < 1.5 * (hi - lo) / 31).all(), values(restarted)  # 0, within the bins' grain
+    assert values(kept)[-1] > 0.3 * top  # null init_value: the old place, near the middle of the range
+    before = values(restarted)
+    assert "predictions start at 0" not in (restarted.fit_return_range(0.0, 2.0, 1000) or "")  # a larger reward
+    lo2, hi2 = (torch.tensor(r) for r in (restarted.critics.min_returns, restarted.critics.max_returns))
+    assert (hi2 > 1.9 * hi).all()
+    # linear bins keep each prediction's place: v' = lo' + (v - lo) (hi' - lo') / (hi - lo)
+    torch.testing.assert_close(values(restarted), lo2 + (before - lo) * (hi2 - lo2) / (hi - lo), rtol=1e-4, atol=1e-3)
+
+
+def test_a_checkpoint_with_one_range_for_every_discount_still_loads():
+    """Checkpoints written before ranges were kept per discount store one (2,) range: it serves every discount."""
+    agent = auto_agent(multigammas=[0.5, 0.9], gamma=0.99)
+    state = agent.state_dict()
+    for key in [k for k in state if k.endswith("return_range")]:
+        state[key] = torch.tensor([-3.0, 40.0])
+    agent.load_state_dict(state)
+    assert agent.critics.min_returns == pytest.approx([-3.0] * 3) and agent.critics.max_returns == pytest.approx([40.0] * 3)
 
 
 def test_auto_bins_without_an_episode_limit_use_the_discount_horizon():
@@ -1019,6 +1099,18 @@ def test_auto_bins_take_an_envs_declared_returns_and_a_chosen_room():
     line = agent.fit_return_range(-0.02, 0.05, 104, declared=(-1.0, 1.0))
     assert (agent.critics.min_return, agent.critics.max_return) == pytest.approx((-100.0, 100.0))
     assert "the env's episode returns within [-1, 1], x100" in line
+    assert agent.critics.min_returns == pytest.approx([-100.0] * 3)  # every discount on the env's returns
     assert agent.fit_return_range(-0.5, 0.9, 104, declared=(-1.0, 1.0)) is None
+    # bins per discount: a shorter one is bounded by the rewards seen too (gamma 0.5: 2 rewards), and by the
+    # declared returns
+    agent = make_agent(MultiTaskAgent, "discrete", reward_multiplier=100.0, critic=partial(
+        NCriticsTwoHot, d_hidden=16, output_bins=32, use_symlog=False, label_type="hlgauss", sigma=2.0, auto_room=0.0,
+        auto_per_gamma=True))
+    agent.fit_return_range(-0.02, 0.05, 104, declared=(-1.0, 1.0))
+    assert (agent.critics.min_return, agent.critics.max_return) == pytest.approx((-100.0, 100.0))
+    assert agent.critics.min_returns[0] == pytest.approx(-4.0) and agent.critics.max_returns[0] == pytest.approx(10.0)
+    assert agent.fit_return_range(-0.5, 0.9, 104, declared=(-1.0, 1.0)) is not None
+    assert (agent.critics.min_returns[0], agent.critics.max_returns[0]) == pytest.approx((-100.0, 100.0))
+    assert agent.fit_return_range(-0.5, 0.9, 104, declared=(-1.0, 1.0)) is None  # held: nothing moves
     with pytest.raises(ValueError, match=r"auto_room must be in \[0, 0.5\), got 0.5"):
         NCriticsTwoHot(state_dim=4, action_dim=2, discrete=True, gammas=torch.tensor([0.9]), auto_room=0.5)

@@ -126,8 +126,9 @@ def test_auto_critic_bins_are_fitted_by_collection_and_kept_by_a_resume(tmp_path
     rows = read_jsonl(run / "metrics" / "train.jsonl")
     top = 10.0 * (1.0 - 0.999**500) / 0.001
     assert rows[0]["train/Critic Bins Highest Return"] == pytest.approx(top, rel=1e-5)  # no room by default
-    saved = _state(run, 0)["agent"]["critics.return_range"]
-    assert float(saved[1]) == pytest.approx(rows[0]["train/Critic Bins Highest Return"])
+    saved = _state(run, 0)["agent"]["critics.return_range"]  # (G, 2): each discount's range, the acting one last
+    assert float(saved[-1, 1]) == pytest.approx(rows[0]["train/Critic Bins Highest Return"])
+    assert float(saved[0, 1]) == float(saved[-1, 1])  # by default every discount is on the longest one's range
     train(compose_config([f"resume={run}"]), tmp_path / "x", overrides=[f"resume={run}", "trainer.epochs=2"])
     rows = read_jsonl(run / "metrics" / "train.jsonl")
     assert len(rows) == 2 and rows[1]["train/Critic Bins Highest Return"] == rows[0]["train/Critic Bins Highest Return"]

@@ -81,36 +81,57 @@ class MultiTaskAgent(Agent):
     def fit_return_range(self, reward_low: float, reward_high: float, horizon: int | None,
                          declared: Sequence[float] | None = None) -> str | None:
         """Widen the bins of an `auto` critic so that they hold every discounted return that single-step rewards
-        within [reward_low, reward_high] can add up to: reward_multiplier x reward x (1 - gamma^H) / (1 - gamma)
-        for the longest discount, H the episode limit (without one, 1 / (1 - gamma)), plus the critic's `auto_room`
-        share of the range at each end. An env that knows its episode returns (`declared`, unscaled) is taken at its
-        word instead. The bins only widen, and only when a reward falls outside what they already hold, so a fitted
-        range stays put. Returns a line saying what changed, or None."""
-        if not getattr(self.critics, "auto_range", False):
+        within [reward_low, reward_high] can add up to: reward_multiplier x reward x (1 - gamma^H) / (1 - gamma),
+        H the episode limit (without one, 1 / (1 - gamma)), plus the critic's `auto_room` share of the range at
+        each end. With bins per discount (`auto_per_gamma`) each discount gets its own bound; otherwise every
+        discount gets the longest one's. An env that knows its episode returns (`declared`, unscaled) caps the
+        bounds at those returns (the longest discount is taken at the env's word). The bins only widen, and only
+        when a reward falls outside what they already hold, so a fitted range stays put. Returns a line saying
+        what changed, or None."""
+        critics = self.critics
+        if not getattr(critics, "auto_range", False):
             return None
-        gamma = float(self.gammas.max())
+        gammas = self.gammas.detach().double().cpu()
+        if not getattr(critics, "per_gamma", False):
+            gammas = gammas.max().expand(len(gammas))
+        steps = 1.0 / (1.0 - gammas) if horizon is None else (1.0 - gammas ** horizon) / (1.0 - gammas)
+        m = self.reward_multiplier
+        need_lo, need_hi = m * min(reward_low, 0.0) * steps, m * max(reward_high, 0.0) * steps
+        where = f"episodes of at most {horizon} steps" if horizon else "no episode limit: 1 / (1 - gamma) steps"
+        why = (f"rewards seen within [{reward_low:.4g}, {reward_high:.4g}], x{m:g}, gamma {float(gammas[-1]):g}, "
+               f"{where}")
         if declared is not None:
-            low, high, steps = float(declared[0]), float(declared[1]), 1.0
-            why = f"the env's episode returns within [{low:g}, {high:g}], x{self.reward_multiplier:g}"
-        else:
-            low, high = reward_low, reward_high
-            steps = 1.0 / (1.0 - gamma) if horizon is None else (1.0 - gamma ** horizon) / (1.0 - gamma)
-            where = f"episodes of at most {horizon} steps" if horizon else "no episode limit: 1 / (1 - gamma) steps"
-            why = (f"rewards seen within [{low:.4g}, {high:.4g}], x{self.reward_multiplier:g}, gamma {gamma:g}, "
-                   f"{where}")
-        need_lo = self.reward_multiplier * min(low, 0.0) * steps
-        need_hi = self.reward_multiplier * max(high, 0.0) * steps
-        lo, hi = self.critics.min_return, self.critics.max_return
-        room = self.critics.auto_room
-        inner = (lo + room * (hi - lo), hi - room * (hi - lo))
-        if need_lo >= inner[0] and need_hi <= inner[1]:
+            low, high = m * min(float(declared[0]), 0.0), m * max(float(declared[1]), 0.0)
+            need_lo, need_hi = need_lo.clamp_min(low), need_hi.clamp_max(high)
+            need_lo[gammas == gammas.max()], need_hi[gammas == gammas.max()] = low, high
+            why = f"the env's episode returns within [{float(declared[0]):g}, {float(declared[1]):g}], x{m:g}"
+        lo = torch.tensor(critics.min_returns, dtype=torch.float64)
+        hi = torch.tensor(critics.max_returns, dtype=torch.float64)
+        room = critics.auto_room
+        inner_lo, inner_hi = lo + room * (hi - lo), hi - room * (hi - lo)
+        widen = (need_lo < inner_lo) | (need_hi > inner_hi)
+        if not bool(widen.any()):
             return None
-        need_lo, need_hi = min(need_lo, inner[0]), max(need_hi, inner[1])
+        need_lo, need_hi = torch.minimum(need_lo, inner_lo), torch.maximum(need_hi, inner_hi)
         span = (need_hi - need_lo) / (1.0 - 2.0 * room)
-        new_lo, new_hi = need_lo - room * span, need_hi + room * span
-        for critics in (self.critics, self.target_critics):
-            critics.set_return_range(new_lo, new_hi)
-        return f"critic bins [{new_lo:,.4g}, {new_hi:,.4g}] (agent.critic.min_return/max_return=auto: {why})"
+        new_lo = torch.where(widen, need_lo - room * span, lo)
+        new_hi = torch.where(widen, need_hi + room * span, hi)
+        # the first fit replaces the starting [-1, 1]: until a reward was seen every target was 0, so predictions
+        # hold nothing yet, and keeping their place in the range would move them to its middle (with gamma 0.999
+        # and no termination such a start takes thousands of updates to come down); they restart at init_value
+        restart = critics.provisional and critics.init_value is not None
+        for c in (self.critics, self.target_critics):
+            c.set_return_range(new_lo, new_hi)
+            if restart:
+                c.set_init_value(c.init_value)
+        line = f"critic bins [{float(new_lo[-1]):,.4g}, {float(new_hi[-1]):,.4g}]"
+        if critics.per_gamma:
+            g0 = float(self.gammas[0])
+            line += f" at gamma {float(self.gammas[-1]):g}, [{float(new_lo[0]):,.4g}, {float(new_hi[0]):,.4g}] at {g0:g}"
+            why += "; each gamma its own range (agent.critic.auto_per_gamma)"
+        if restart:
+            why += f"; predictions start at {critics.init_value:g} (agent.critic.init_value)"
+        return f"{line} (agent.critic.min_return/max_return=auto: {why})"
 
     def _policy_is_differentiable(self) -> bool:
         return self.actor.dist.has_rsample
@@ -164,12 +185,12 @@ class MultiTaskAgent(Agent):
         index = taken[:, :, None, :, None, None].expand(B, T, C, G, 1, bins)
         logits_data = logits_all.gather(4, index).squeeze(4)  # (B, T, C, G, bins)
         with torch.no_grad():
-            q_all = self.critics.to_value(logits_all)[..., 0]  # (B, T, C, G, n) raw scale
+            q_all = self.critics.to_value(logits_all, per_action=True)[..., 0]  # (B, T, C, G, n) raw scale
             q_data = q_all.gather(4, taken[:, :, None, :, None].expand(B, T, C, G, 1))  # (B, T, C, G, 1)
             s_next = s[:, 1:].detach()
             actor_next = self.target_actor if self.use_target_actor else self.actor
             next_probs = self.policy(actor_next, s_next, batch.obs, slice(1, None)).probs  # (B, T, G, n)
-            q_next_all = self.target_critics.to_value(self.target_critics(s_next))[..., 0]  # (B, T, C, G, n)
+            q_next_all = self.target_critics.to_value(self.target_critics(s_next), per_action=True)[..., 0]  # (B, T, C, G, n)
             q_next = (q_next_all * next_probs.unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
             if self.tree_backup:
                 a_next_data = self._buffer_actions(batch.actions)[:, 1:]  # a_{t+1}, hard one-hot: (B, T, G, n)

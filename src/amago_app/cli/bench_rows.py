@@ -61,7 +61,7 @@ NOT_LEARNING = (
     # --override trainer.overlap_collection=false for a like-for-like comparison with the original
     "trainer.overlap_collection",
     # what `auto` critic bins are fitted to; every row with a two-hot critic gives its range as numbers
-    "env.return_range", "agent.critic.auto_room",
+    "env.return_range", "agent.critic.auto_room", "agent.critic.auto_per_gamma",
 )
 
 

@@ -290,6 +290,10 @@ class TwoHotCriticConfig(CriticConfig):
     """With auto bins: the share of the range left beyond the rewards' bound at each end. 0: the returns' bound is
     the range, as the `cartpole` row's hand-set one nearly is; HL-Gauss labels within 2 sigma of an edge are biased
     inward, and on CartPole-v1 leaving that room (4 of 32 bins at each end) learned far worse."""
+    auto_per_gamma: bool = False
+    """With auto bins: true fits each discount's bins to what returns at that discount can reach (a gamma-0.9
+    return is at most 10 rewards, a gamma-0.999 one up to 1,000); false (default) puts every discount on the longest
+    one's range. Off because it halved CartPole-v1's final return (docs/generalization.md)."""
     discrete_layout: str = "per_action"
     """Discrete actions: per_action (state in, one bin distribution per action out; values of a policy are exact
     expectations) | action_input (the one-hot action is an input, AMAGO-2's layout; values from samples)."""

@@ -275,26 +275,32 @@ def twohot_labels(x: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     """Two-hot encoding of values x (...) on ascending bin values `points` (bins,) -> (..., bins). The mass is
     split between the two neighbouring points inversely to distance, so sum p_i points_i = x exactly inside the
     range; values outside it go to the edge bin. The points need not be evenly spaced (symlog bins are not, in
-    return space)."""
-    bins = points.numel()
-    x = x.clamp(points[0], points[-1])
-    lower = (torch.searchsorted(points, x.contiguous(), right=True) - 1).clamp(0, bins - 2)
-    lo, hi = points[lower], points[lower + 1]
-    frac = ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
-    out = torch.zeros(*x.shape, bins, dtype=x.dtype, device=x.device)
+    return space). Points (G, bins), one row per discount, encode x (..., G) row by row."""
+    if points.ndim == 1:
+        return twohot_labels(x.unsqueeze(-1), points.unsqueeze(0)).squeeze(-2)
+    rows, bins = points.shape
+    flat = x.movedim(-1, 0).reshape(rows, -1)  # (G, N): searchsorted takes one sorted row per input row
+    flat = torch.maximum(torch.minimum(flat, points[:, -1:]), points[:, :1])
+    lower = (torch.searchsorted(points, flat.contiguous(), right=True) - 1).clamp(0, bins - 2)
+    lo, hi = points.gather(1, lower), points.gather(1, lower + 1)
+    frac = ((flat - lo) / (hi - lo)).clamp(0.0, 1.0)
+    out = torch.zeros(rows, flat.shape[1], bins, dtype=x.dtype, device=x.device)
     out.scatter_(-1, lower.unsqueeze(-1), (1.0 - frac).unsqueeze(-1))
     out.scatter_add_(-1, (lower + 1).unsqueeze(-1), frac.unsqueeze(-1))
-    return out
+    return out.reshape(rows, *x.shape[:-1], bins).movedim(0, -2)
 
 
 def hlgauss_labels(z: torch.Tensor, centers: torch.Tensor, sigma: float) -> torch.Tensor:
     """HL-Gauss labels: a Normal(z, sigma * bin_width) integrated over each bin (edges halfway between
-    centres), renormalized. z is clamped into the centre range first (out-of-range targets hit the edge)."""
-    bins = centers.numel()
-    width = (centers[-1] - centers[0]) / (bins - 1)
-    edges = torch.cat([centers - width / 2, centers[-1:] + width / 2])  # (bins + 1,)
-    z = z.clamp(centers[0], centers[-1]).unsqueeze(-1)
-    cdf = torch.special.ndtr((edges - z) / (sigma * width))  # (..., bins + 1)
+    centres), renormalized. z is clamped into the centre range first (out-of-range targets hit the edge).
+    Centres (G, bins), one evenly spaced row per discount, label z (..., G) row by row."""
+    if centers.ndim == 1:
+        return hlgauss_labels(z.unsqueeze(-1), centers.unsqueeze(0), sigma).squeeze(-2)
+    bins = centers.shape[-1]
+    width = (centers[:, -1:] - centers[:, :1]) / (bins - 1)  # (G, 1)
+    edges = torch.cat([centers - width / 2, centers[:, -1:] + width / 2], dim=-1)  # (G, bins + 1)
+    z = torch.maximum(torch.minimum(z, centers[:, -1]), centers[:, 0]).unsqueeze(-1)  # (..., G, 1)
+    cdf = torch.special.ndtr((edges - z) / (sigma * width))  # (..., G, bins + 1)
     mass = cdf[..., 1:] - cdf[..., :-1]
     return mass / mass.sum(-1, keepdim=True).clamp_min(1e-12)
 
@@ -316,7 +322,11 @@ class NCriticsTwoHot(_CriticEnsemble):
     are `linspace(f(min_return), f(max_return), bins)` with f = symlog (`use_symlog`) or the identity; ranges are
     in the scaled return space (after the agent's `reward_multiplier`); "auto" for both ends starts them at [-1, 1]
     and leaves them to `MultiTaskAgent.fit_return_range`, which the trainer calls with the rewards of every
-    collection (None: +-100,000, with a warning). `init_value` starts every critic's
+    collection (None: +-100,000, with a warning). With auto ends and `auto_per_gamma`, every discount gets its
+    own range (a gamma-0.9 return is at most 10 rewards, a gamma-0.999 one up to 1,000): the tables
+    `gamma_centers` / `gamma_values` have one row per discount, and `labels` / `to_value` take the gamma axis
+    (..., G) / (..., G, [n,] bins). Otherwise every row is the same range. `bin_centers`, `bin_values`,
+    `min_return`, `max_return` describe the last (acting) discount. `init_value` starts every critic's
     prediction near that value. `ensemble`: num_critics, d_hidden, n_layers, dropout_p, activation,
     normalization (`_CriticEnsemble`).
     """
@@ -338,6 +348,7 @@ class NCriticsTwoHot(_CriticEnsemble):
         init_value: float | None = None,
         discrete_layout: str = "per_action",
         auto_room: float = 0.0,
+        auto_per_gamma: bool = False,
         **ensemble,
     ):
         if discrete_layout not in ("per_action", "action_input"):
@@ -378,41 +389,80 @@ class NCriticsTwoHot(_CriticEnsemble):
         if not 0.0 <= auto_room < 0.5:
             raise ValueError(f"auto_room must be in [0, 0.5), got {auto_room}")
         self.auto_room = auto_room
+        # one range per discount only where ranges are fitted and there is more than one discount; a fixed range
+        # (or one discount) keeps the single-row arithmetic, identical to a critic without the option
+        self.per_gamma = bool(auto_range and auto_per_gamma and self.num_gammas > 1)
+        G = self.num_gammas
         if auto_range:  # a fitted range is part of the checkpoint (an exact resume needs the same bins)
-            self.register_buffer("return_range", torch.tensor([float(min_return), float(max_return)],
+            self.register_buffer("return_range", torch.tensor([[float(min_return), float(max_return)]] * G,
                                                               dtype=torch.float32))
-        self.register_buffer("bin_centers", torch.zeros(output_bins), persistent=False)
-        self.register_buffer("bin_values", torch.zeros(output_bins), persistent=False)
-        self._place_bins(float(min_return), float(max_return))
+        self.register_buffer("gamma_centers", torch.zeros(G, output_bins), persistent=False)
+        self.register_buffer("gamma_values", torch.zeros(G, output_bins), persistent=False)
+        self._place_bins(torch.full((G,), float(min_return)), torch.full((G,), float(max_return)))
+        self.init_value = init_value
         if init_value is not None:
             self.set_init_value(init_value)
 
     @torch.no_grad()
-    def _place_bins(self, min_return: float, max_return: float) -> None:
-        self.min_return, self.max_return = float(min_return), float(max_return)
-        lo, hi = (symlog(torch.tensor([self.min_return, self.max_return])) if self.use_symlog
-                  else torch.tensor([self.min_return, self.max_return]))
-        centers = torch.linspace(float(lo), float(hi), self.output_bins)
-        self.bin_centers.copy_(centers)
+    def _place_bins(self, min_return: torch.Tensor, max_return: torch.Tensor) -> None:
+        """Bins of every discount: min_return / max_return (G,)."""
+        lo, hi = min_return.double().cpu(), max_return.double().cpu()
+        self.min_returns, self.max_returns = lo.tolist(), hi.tolist()
+        if self.use_symlog:
+            lo, hi = symlog(lo), symlog(hi)
+        steps = torch.linspace(0.0, 1.0, self.output_bins, dtype=torch.float64)
+        centers = (lo[:, None] + (hi - lo)[:, None] * steps).float()  # (G, bins), linspace per row
+        self.gamma_centers.copy_(centers)
         # the return each bin stands for (bins are evenly spaced in the transformed space, not in returns)
-        self.bin_values.copy_(symexp(centers) if self.use_symlog else centers)
+        self.gamma_values.copy_(symexp(centers) if self.use_symlog else centers)
 
     @torch.no_grad()
-    def set_return_range(self, min_return: float, max_return: float) -> None:
-        """Move the bins of an `auto` critic to [min_return, max_return] (scaled returns). The logits stay, so
-        every prediction keeps its place in the range: values are rescaled with the range, and training corrects
-        them from there."""
+    def set_return_range(self, min_return, max_return) -> None:
+        """Move the bins of an `auto` critic to [min_return, max_return] (scaled returns; floats, or (G,) tensors
+        or lists with one end per discount). The logits stay, so every prediction keeps its place in the range:
+        values are rescaled with the range, and training corrects them from there."""
         if not self.auto_range:
             raise ValueError("set_return_range: this critic's range is fixed (min_return / max_return given)")
-        if not min_return < max_return:
-            raise ValueError(f"need min_return < max_return, got {min_return}, {max_return}")
-        self.return_range.copy_(torch.tensor([float(min_return), float(max_return)]))
-        self._place_bins(*self.return_range.tolist())  # from the stored float32 ends, as a loaded checkpoint does
+        G = self.num_gammas
+        lo = torch.as_tensor(min_return, dtype=torch.float64).expand(G)
+        hi = torch.as_tensor(max_return, dtype=torch.float64).expand(G)
+        if not bool((lo < hi).all()):
+            raise ValueError(f"need min_return < max_return, got {lo.tolist()}, {hi.tolist()}")
+        self.return_range.copy_(torch.stack([lo, hi], dim=-1))
+        self._place_bins(*self.return_range.unbind(-1))  # from the stored float32 ends, as a loaded checkpoint does
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "return_range"
+        if self.auto_range and key in state_dict and state_dict[key].shape == (2,):
+            # a checkpoint from before ranges were kept per discount: its one range served every discount
+            state_dict[key] = state_dict[key].expand(self.num_gammas, 2).clone()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if self.auto_range and prefix + "return_range" in state_dict:
-            self._place_bins(*self.return_range.tolist())
+        if self.auto_range and key in state_dict:
+            self._place_bins(*self.return_range.unbind(-1))
+
+    @property
+    def provisional(self) -> bool:
+        """An `auto` critic whose bins have not been fitted yet (every discount on the starting [-1, 1])."""
+        return self.auto_range and all(lo == -1.0 for lo in self.min_returns) and all(
+            hi == 1.0 for hi in self.max_returns)
+
+    @property
+    def bin_centers(self) -> torch.Tensor:
+        """The acting (last) discount's bin centres (bins,), in the transformed space."""
+        return self.gamma_centers[-1]
+
+    @property
+    def bin_values(self) -> torch.Tensor:
+        """The acting (last) discount's bins as returns (bins,)."""
+        return self.gamma_values[-1]
+
+    @property
+    def min_return(self) -> float:
+        return self.min_returns[-1]
+
+    @property
+    def max_return(self) -> float:
+        return self.max_returns[-1]
 
     @property
     def bin_width(self) -> float:
@@ -424,18 +474,29 @@ class NCriticsTwoHot(_CriticEnsemble):
     @torch.no_grad()
     def set_init_value(self, value: float) -> None:
         """Output bias = log of a Gaussian profile (std 4 bins) whose expected return is `value` (its centre is
-        found by bisection: on symlog bins a profile centred at f(value) is worth more than value)."""
-        target = float(torch.tensor(float(value)).clamp(self.min_return, self.max_return))
+        found by bisection: on symlog bins a profile centred at f(value) is worth more than value). Per discount
+        where the discounts have their own bins and their own outputs (per-action layout); an action-input
+        critic shares one output over the discounts and gets the acting discount's profile."""
+        rows = []
+        for g in range(self.num_gammas):
+            centers, values = self.gamma_centers[g], self.gamma_values[g]
+            width = float(centers[1] - centers[0])
+            target = min(max(float(value), self.min_returns[g]), self.max_returns[g])
 
-        def profile(z0: float) -> torch.Tensor:
-            return -0.5 * ((self.bin_centers - z0) / (4.0 * self.bin_width)).square()
+            def profile(z0: float) -> torch.Tensor:
+                return -0.5 * ((centers - z0) / (4.0 * width)).square()
 
-        lo, hi = float(self.bin_centers[0]) - 8 * self.bin_width, float(self.bin_centers[-1]) + 8 * self.bin_width
-        for _ in range(60):  # the expected return grows with the centre
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if float(self.to_value(profile(mid))) < target else (lo, mid)
-        bias = self.out.bias.view(self.num_critics, 1, -1, self.output_bins)  # every (gamma, action) block
-        bias.copy_(profile(0.5 * (lo + hi)).to(bias).expand_as(bias))
+            lo, hi = float(centers[0]) - 8 * width, float(centers[-1]) + 8 * width
+            for _ in range(60):  # the expected return grows with the centre
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if float(bins_to_value(F.softmax(profile(mid), -1), values)) < target else (lo, mid)
+            rows.append(profile(0.5 * (lo + hi)))
+        if self.takes_actions:  # one output block for every discount
+            bias = self.out.bias.view(self.num_critics, 1, -1, self.output_bins)
+            bias.copy_(rows[-1].to(bias).expand_as(bias))
+        else:  # (gamma, action) blocks
+            bias = self.out.bias.view(self.num_critics, self.num_gammas, -1, self.output_bins)
+            bias.copy_(torch.stack(rows)[None, :, None].to(bias).expand_as(bias))
 
     def forward(self, state: torch.Tensor, actions: torch.Tensor | None = None,
                 detach_params: bool = False) -> torch.Tensor:
@@ -448,13 +509,20 @@ class NCriticsTwoHot(_CriticEnsemble):
             return out.permute(1, 2, 0, 3, 4, 5)
         return self._action_forward(state, actions, detach_params)
 
-    def to_value(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits (..., bins) -> expected value in return space (..., 1)."""
-        return bins_to_value(F.softmax(logits.float(), dim=-1), self.bin_values)
+    def to_value(self, logits: torch.Tensor, per_action: bool = False) -> torch.Tensor:
+        """Logits (..., bins) -> expected value in return space (..., 1). With bins per discount the logits
+        carry the gamma axis: (..., G, bins), or (..., G, n, bins) with `per_action` (every action's values)."""
+        values = self.bin_values
+        if self.per_gamma:
+            values = self.gamma_values.unsqueeze(-2) if per_action else self.gamma_values
+        return bins_to_value(F.softmax(logits.float(), dim=-1), values)
 
     def labels(self, y: torch.Tensor) -> torch.Tensor:
-        """Targets y (...) in return space -> label distributions (..., bins)."""
-        y = y.to(self.bin_centers.dtype)  # float32 (bf16 targets would coarsen the labels)
+        """Targets y (...) in return space -> label distributions (..., bins); with bins per discount y is
+        (..., G), each discount labelled on its own bins."""
+        y = y.to(self.gamma_centers.dtype)  # float32 (bf16 targets would coarsen the labels)
+        values, centers = ((self.gamma_values, self.gamma_centers) if self.per_gamma
+                           else (self.bin_values, self.bin_centers))
         if self.label_type == "twohot":  # exact in return space: sum_i label_i v_i = y
-            return twohot_labels(y, self.bin_values)
-        return hlgauss_labels(self.transform(y), self.bin_centers, self.sigma)
+            return twohot_labels(y, values)
+        return hlgauss_labels(self.transform(y), centers, self.sigma)
