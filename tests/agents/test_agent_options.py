@@ -1058,7 +1058,8 @@ def test_a_checkpoint_with_one_range_for_every_discount_still_loads():
     for key in [k for k in state if k.endswith("return_range")]:
         state[key] = torch.tensor([-3.0, 40.0])
     agent.load_state_dict(state)
-    assert agent.critics.min_returns == pytest.approx([-3.0] * 3) and agent.critics.max_returns == pytest.approx([40.0] * 3)
+    assert agent.critics.min_returns == pytest.approx([-3.0] * 3)
+    assert agent.critics.max_returns == pytest.approx([40.0] * 3)
 
 
 def test_auto_bins_without_an_episode_limit_use_the_discount_horizon():

@@ -127,7 +127,8 @@ class MultiTaskAgent(Agent):
         line = f"critic bins [{float(new_lo[-1]):,.4g}, {float(new_hi[-1]):,.4g}]"
         if critics.per_gamma:
             g0 = float(self.gammas[0])
-            line += f" at gamma {float(self.gammas[-1]):g}, [{float(new_lo[0]):,.4g}, {float(new_hi[0]):,.4g}] at {g0:g}"
+            line += (f" at gamma {float(self.gammas[-1]):g}, [{float(new_lo[0]):,.4g}, {float(new_hi[0]):,.4g}]"
+                     f" at {g0:g}")
             why += "; each gamma its own range (agent.critic.auto_per_gamma)"
         if restart:
             why += f"; predictions start at {critics.init_value:g} (agent.critic.init_value)"
@@ -190,7 +191,8 @@ class MultiTaskAgent(Agent):
             s_next = s[:, 1:].detach()
             actor_next = self.target_actor if self.use_target_actor else self.actor
             next_probs = self.policy(actor_next, s_next, batch.obs, slice(1, None)).probs  # (B, T, G, n)
-            q_next_all = self.target_critics.to_value(self.target_critics(s_next), per_action=True)[..., 0]  # (B, T, C, G, n)
+            logits_next = self.target_critics(s_next)
+            q_next_all = self.target_critics.to_value(logits_next, per_action=True)[..., 0]  # (B, T, C, G, n)
             q_next = (q_next_all * next_probs.unsqueeze(2)).sum(-1, keepdim=True)  # (B, T, C, G, 1)
             if self.tree_backup:
                 a_next_data = self._buffer_actions(batch.actions)[:, 1:]  # a_{t+1}, hard one-hot: (B, T, G, n)
