@@ -54,7 +54,7 @@ from pathlib import Path
 
 from original_run import gin_name, load_class, run_example, run_one
 from original_jobs import amago_bench_json, checkout_commit, fail, parse_seeds, run_jobs
-from original_suite import SUITE, SUITE_LAYOUT, export_suite, suite_job, suite_main  # noqa: F401
+from original_suite import SUITE, SUITE_BUDGET, SUITE_LAYOUT, export_suite, suite_job, suite_main  # noqa: F401
 from speed_common import NATIVE_BF16_FLAGS, cpu_flags
 
 # --- what the original needs besides the settings ------------------------------------------------------------

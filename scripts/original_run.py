@@ -253,6 +253,34 @@ def describe(values) -> dict:
     return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half], "ci95_halfwidth": half}
 
 
+def register_minigrid(env_id: str) -> str:
+    """Registers `AmagoSuite/<env_id>` with gymnasium: MiniGrid's env observed as amago_app's suite task observes
+    it (the 7x7x3 view and the direction; the mission text dropped), in arrays, as the original's AMAGOEnv needs:
+    the direction, an integer, becomes the one-hot float32 amago_app makes of any Discrete observation. This is
+    the wrapper a user of the original writes to give it a MiniGrid env. Returns the registered id."""
+    import gymnasium as gym
+    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+    import numpy as np
+
+    class ViewAndDirection(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            directions = env.observation_space["direction"].n
+            self.observation_space = gym.spaces.Dict({
+                "image": env.observation_space["image"],
+                "direction": gym.spaces.Box(0.0, 1.0, (directions,), np.float32)})
+
+        def observation(self, obs):
+            direction = np.zeros(self.observation_space["direction"].shape, np.float32)
+            direction[obs["direction"]] = 1.0
+            return {"image": obs["image"], "direction": direction}
+
+    registered = f"AmagoSuite/{env_id}"
+    if registered not in gym.registry:
+        gym.register(registered, entry_point=lambda: ViewAndDirection(gym.make(env_id)))
+    return registered
+
+
 def run_example(job: dict) -> None:
     """One seed of one suite task: the checkout's example script, run unchanged (runpy, as `python <example>
     <args>`) with the budget's Experiment keywords put over what the script passes, its validations recorded to
@@ -359,6 +387,8 @@ def run_example(job: dict) -> None:
                 self.attention_type = transformer.VanillaAttention
 
         TformerTrajEncoder.__init__ = unfused_init
+    if job.get("register_minigrid"):
+        register_minigrid(job["register_minigrid"])
     example = checkout / job["example"]
     sys.argv = [str(example), *job["args"]]
     sys.path.insert(0, str(example.parent))

@@ -1,6 +1,7 @@
 """The generalization suite through the original AMAGO, for scripts/compare_original.py `--suite generalization`:
 which example script of the original stands for each suite task (at its defaults), what it is given (amago_app's
-budget for the task), and what its run directory's original.json says. Only the standard library is imported (and scripts/original_jobs.py, which imports only it)."""
+budget for the task), and what its run directory's original.json says. Only the standard library is imported
+(and scripts/original_jobs.py, which imports only it)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,13 @@ SUITE = {
                              "env": {"id": "UmbrellaChain-bsuite"}},
     "ImageMemory": {"reason": "the original has no image-memory env and no example for one (amago_app's "
                               "env=image_memory is its own built-in)"},
-    "MiniGrid-MemoryS7-v0": {"reason": "the original has no MiniGrid example: its 01_basic_gym.py gives gym.make's "
-                                       "env to AMAGOEnv as it is, and MiniGrid's observation holds a text mission "
-                                       "the original's timestep encoders cannot take (amago_app's task drops it)"},
+    "MiniGrid-MemoryS7-v0": {"example": _GYM, "args": ["--env", "AmagoSuite/MiniGrid-MemoryS7-v0"],
+                             "env": {"make.id": "MiniGrid-MemoryS7-v0"}, "register_minigrid": "MiniGrid-MemoryS7-v0",
+                             "notes": ["the example gives gym.make's env to AMAGOEnv as it is, and AMAGOEnv takes "
+                                       "neither MiniGrid's text mission nor its integer direction: the id it is "
+                                       "given is registered first (original_run.register_minigrid) as the env "
+                                       "with the view and the direction, that one as a one-hot, which is what "
+                                       "amago_app observes of the same task"]},
 }
 # The budget and process layout put over the Experiment keywords the example passes: the budget is amago_app's
 # for the task (--export-settings), one process per run as amago_app's suite runs (envs stepped in-process,
@@ -83,8 +88,11 @@ def suite_job(task: str, exported: dict) -> dict:
     if entry["example"] != "examples/00_meta_frozen_lake.py":  # the scripts on the original's common CLI
         # also on the command line: the gymnax script builds its batch of envs from --parallel_actors itself
         args += ["--parallel_actors", str(experiment["parallel_actors"])]
-    return {"example": entry["example"], "args": args, "experiment": experiment,
-            "episodes": exported["episodes"], "metric": exported["metric"]}
+    job = {"example": entry["example"], "args": args, "experiment": experiment,
+           "episodes": exported["episodes"], "metric": exported["metric"]}
+    if "register_minigrid" in entry:
+        job["register_minigrid"] = entry["register_minigrid"]
+    return job
 
 
 def describe_suite(task: str, exported: dict, job: dict) -> dict:

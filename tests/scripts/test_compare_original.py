@@ -255,13 +255,45 @@ def test_the_suite_report_shows_the_original_beside_amago_app(tmp_path):
 def test_a_task_the_original_cannot_run_is_reported_with_its_reason(tmp_path):
     from amago_app.cli import suite
 
-    task = suite.TASKS["MiniGrid-MemoryS7-v0"]
+    task = suite.TASKS["ImageMemory"]
     cannot = tmp_path / "runs" / task.name / "original" / "cannot_run.json"
     cannot.parent.mkdir(parents=True)
-    cannot.write_text(json.dumps({"task": task.name, "reason": "no MiniGrid example"}))
-    done = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--suite", "generalization", "--split", "test",
+    cannot.write_text(json.dumps({"task": task.name, "reason": "no image-memory env"}))
+    done = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--suite", "generalization", "--split", "tune",
                            "--tasks", task.name, "--seeds", "0", "--report-only", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr
-    assert (f"| {task.name} | test | {task.metric} ({task.episodes}) | original | cannot run: no MiniGrid example |"
+    assert (f"| {task.name} | tune | {task.metric} ({task.episodes}) | original | cannot run: no image-memory env |"
             in (tmp_path / "generalization.md").read_text())
+
+
+def test_the_originals_minigrid_env_observes_what_amago_apps_task_observes(script):
+    """The id the original's basic-gym example is given for MiniGrid-MemoryS7-v0 builds MiniGrid's env with the
+    view and the direction only (no mission text), the direction as the one-hot amago_app makes of a Discrete
+    observation, in float arrays AMAGOEnv can stack; and the suite job carries what to register."""
+    pytest.importorskip("minigrid")
+    import gymnasium as gym
+    import numpy as np
+
+    from amago_app.cli import suite
+    from amago_app.envs.spaces import ObsAdapter
+
+    sys.path.insert(0, str(Path(script.__file__).parent))
+    from original_run import register_minigrid
+
+    entry = script.SUITE["MiniGrid-MemoryS7-v0"]
+    env_id = register_minigrid(entry["register_minigrid"])
+    assert entry["args"] == ["--env", env_id]
+    env = gym.make(env_id)
+    theirs = env.observation_space
+    ours = ObsAdapter(suite.minigrid("MiniGrid-MemoryS7-v0").observation_space).space
+    assert set(theirs.spaces) == set(ours.spaces) == {"image", "direction"}
+    for key in ours.spaces:
+        assert (theirs[key].shape, theirs[key].dtype) == (ours[key].shape, ours[key].dtype), key
+    obs, _ = env.reset(seed=3)
+    assert obs["direction"].dtype == np.float32 and obs["direction"].sum() == 1.0
+    assert obs["direction"].argmax() == env.unwrapped.agent_dir
+    obs, *_ = env.step(0)  # turn left
+    assert obs["direction"].argmax() == env.unwrapped.agent_dir and theirs.contains(obs)
+    exported = {"budget": dict.fromkeys(script.SUITE_BUDGET, 8), "episodes": 200, "metric": "Return"}
+    assert script.suite_job("MiniGrid-MemoryS7-v0", exported)["register_minigrid"] == "MiniGrid-MemoryS7-v0"
