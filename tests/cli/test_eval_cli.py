@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import imageio.v3 as iio
+import numpy as np
 import pytest
 
 import amago_app
@@ -44,6 +45,25 @@ def test_exact_episodes_with_mean_std_and_interval(run):
         lo, hi = metric["ci95"]
         assert lo <= metric["mean"] <= hi
     assert stats["Episode Length"]["mean"] == 4
+
+
+def test_a_sampled_evaluation_repeats_for_its_seed(run):
+    """Sampled actions come from a generator of the evaluation's seed: the same command gives the same episodes
+    (a report's sampled column can be rerun), and another seed= gives other draws."""
+    cwd, run_dir = run
+
+    def episodes(seed: int) -> list:
+        """The saved episodes' actions (in the order of their bytes: file names carry their time)."""
+        folder = cwd / f"sampled-trajs-{seed}-{len(list(cwd.glob('sampled-trajs-*')))}"
+        amago_app.evaluate(run_dir, episodes=32, sample=True, seed=seed, save_trajs_to=folder,
+                           output=folder.with_suffix(".json"))
+        return sorted(np.load(p)["actions"].tobytes() for p in folder.iterdir())
+
+    first = episodes(0)
+    assert len(first) == 32 and episodes(0) == first
+    summaries = [json.loads(p.read_text()) for p in sorted(cwd.glob("sampled-trajs-0-*.json"))]
+    assert summaries[0]["per_env"] == summaries[1]["per_env"]
+    assert episodes(1) != first
 
 
 def test_checkpoint_choice_evaluates_best_an_epoch_or_latest(run):

@@ -11,7 +11,8 @@ mean, standard deviation and a 95% confidence interval of every metric per env.
     amago-eval multirun/tmaze-H30/<time>                                 # every run of a sweep, one table
 
 Episodes are split evenly over the actors (each finishes its share; see `balanced_quota`), so short episodes
-are not over-represented. The interval is the Student-t 95% interval of the mean over episodes.
+are not over-represented. The interval is the Student-t 95% interval of the mean over episodes. The envs and the
+sampled actions draw from the evaluation's seed, so an evaluation repeats.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from amago_app.data.recorder import TrajectoryRecorder
 from amago_app.interaction.build import build_agent, build_envs, check_rollout_memory, env_seed
 from amago_app.interaction.rollout import Rollout, RolloutStats
 from amago_app.logging.curves import load_run, t95
+from amago_app.nets.heads.distributions import sampling_generator
 from amago_app.rundir import (CONFIG_FILE, EVAL_DIR, Checkpoints, atomic_write_bytes, atomic_write_new, locate,
                               make_new_dir, read_checkpoint)
 
@@ -273,13 +275,15 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
     if opts.save_trajs_to:
         Path(opts.save_trajs_to).mkdir(parents=True, exist_ok=True)
         recorder = TrajectoryRecorder(envs.num_envs, cfg.max_seq_len, None, False, cfg.buffer.save_trajs_as)
-    rollout = Rollout(envs, recorder=recorder, seed=env_seed(cfg, 0, "test") + opts.seed)
+    seed = env_seed(cfg, 0, "test") + opts.seed
+    rollout = Rollout(envs, recorder=recorder, seed=seed)
     per_actor = math.ceil(opts.episodes / envs.num_envs)
     max_steps = opts.max_steps or 4 * cfg.trainer.val_timesteps_per_epoch * per_actor
     start = time.perf_counter()
-    try:
-        stats = rollout.run(agent, device, max_steps, sample=sample, episodes=opts.episodes,
-                           save_on_done_to=opts.save_trajs_to)
+    try:  # sampled actions from a generator of the evaluation's seed: the same command, the same episodes
+        with sampling_generator(torch.Generator(device).manual_seed(seed)):
+            stats = rollout.run(agent, device, max_steps, sample=sample, episodes=opts.episodes,
+                                save_on_done_to=opts.save_trajs_to)
     finally:
         rollout.close()
     seconds = time.perf_counter() - start
@@ -300,10 +304,11 @@ def evaluate_run(run_dir: Path, weights: Path, opts: EvalOptions, overrides: Seq
         folder = (Path(v.dir) if v.dir
                   else make_new_dir(run_dir / EVAL_DIR / f"videos_{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
         try:
-            summary["videos"] = [str(p) for p in record_videos(
-                cfg, agent, device, v.episodes, folder, fmt=v.format, fps=v.fps, sample=sample,
-                seed=env_seed(cfg, 0, "test") + opts.seed, max_steps=max_steps,
-            )]
+            with sampling_generator(torch.Generator(device).manual_seed(seed)):
+                summary["videos"] = [str(p) for p in record_videos(
+                    cfg, agent, device, v.episodes, folder, fmt=v.format, fps=v.fps, sample=sample, seed=seed,
+                    max_steps=max_steps,
+                )]
         except BaseException:
             if not v.dir and folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
