@@ -278,8 +278,7 @@ def test_the_originals_minigrid_env_observes_what_amago_apps_task_observes(scrip
     from amago_app.cli import suite
     from amago_app.envs.spaces import ObsAdapter
 
-    sys.path.insert(0, str(Path(script.__file__).parent))
-    from original_run import register_minigrid
+    from original_run import register_minigrid  # (scripts/ is on sys.path: see SCRIPT above)
 
     entry = script.SUITE["MiniGrid-MemoryS7-v0"]
     env_id = register_minigrid(entry["register_minigrid"])
