@@ -175,3 +175,34 @@ def test_each_kind_describes_its_noise_in_one_line():
     corridor = CorridorEpsilonGreedy(spaces.Discrete(4), 2, horizon=10, decision_steps=2, start_steps=1)
     assert corridor.describe().endswith("; 0.05 in the corridor (steps 1 to 7)")
     assert corridor.epsilon(np.array([1, 7]))[0] == corridor.epsilon(np.array([1, 7]))[1] == 0.05
+
+
+@pytest.mark.parametrize("option,key", [("bilevel", "rollout_horizon"), ("corridor", "horizon")])
+def test_rollout_schedules_take_the_envs_episode_limit_or_refuse_in_one_line(option, key):
+    """`env=gym` and `env=custom` leave env.horizon unset: a schedule over a rollout's steps takes the env's declared
+    limit (CartPole-v1: 500) and says so; an env that declares none is refused with the keys that would set it."""
+    from conftest import compose_config
+
+    from amago_app.cli.errors import user_message
+    from amago_app.interaction.build import build_envs, build_exploration
+
+    cfg = compose_config(["env=gym", "env.id=CartPole-v1", f"exploration={option}", "env.parallel_actors=2"],
+                         tiny=False)
+    envs = build_envs(cfg, "train")
+    try:
+        ex = build_exploration(cfg, envs, seed=0)
+        assert getattr(ex, key) == 500
+        assert "(the env's episode limit)" in ex.describe()
+    finally:
+        envs.close()
+    cfg = compose_config(["env=custom", "env.make._target_=amago_app.envs.builtin.image_memory.ImageMemory",
+                          f"exploration={option}", "env.parallel_actors=2"], tiny=False)
+    envs = build_envs(cfg, "train")
+    try:
+        with pytest.raises(ValueError) as err:
+            build_exploration(cfg, envs, seed=0)
+    finally:
+        envs.close()
+    message = user_message(err.value)
+    assert message.startswith(f"exploration.{key} is unset and the env declares no episode limit")
+    assert "env.horizon=<steps>" in message and "\n" not in message

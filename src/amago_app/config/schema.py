@@ -425,8 +425,9 @@ class EpsilonGreedyConfig:
 @dataclass
 class CorridorEpsilonGreedyConfig(EpsilonGreedyConfig):
     _target_: str = f"{_P}.interaction.exploration.CorridorEpsilonGreedy"
-    horizon: int = MISSING
-    """The corridor length H (T-maze: env.horizon): eps is `corridor_eps` for start_steps <= t < H - decision_steps."""
+    horizon: Optional[int] = MISSING
+    """The corridor length H (`env.horizon`; null: the env's declared episode limit): eps is `corridor_eps` for
+    start_steps <= t < H - decision_steps."""
     decision_steps: int = 0
     """Noisy corridor steps before the junction (t = H). 0: only the turn is noisy (the original's T-maze example:
     3, which lets far fewer episodes reach the junction in time; docs/results.md#tmaze_h50)."""
@@ -441,7 +442,8 @@ class BilevelEpsilonGreedyConfig:
     _target_: str = f"{_P}.interaction.exploration.BilevelEpsilonGreedy"
     _partial_: bool = True
     rollout_horizon: Any = MISSING
-    """Rollout length over which eps decays from the start to the end schedule."""
+    """Rollout length over which eps decays from the start to the end schedule (`env.horizon`; null: the env's
+    declared episode limit)."""
     eps_start_start: float = 1.0
     eps_start_end: float = 0.05
     eps_end_start: float = 0.8

@@ -102,7 +102,26 @@ def check_rollout_memory(cfg: DictConfig, agent: BaseAgent, rows: int, device: t
                      f"{fits:,} fits)")
 
 
+#: the exploration options whose schedule follows a rollout's steps, and the key that gives its length
+ROLLOUT_LENGTH_KEYS = ("rollout_horizon", "horizon")
+
+
 def build_exploration(cfg: DictConfig, envs: AMAGOEnv, seed: int):
+    """The configured exploration. A schedule over a rollout's steps (`exploration=bilevel`, `corridor`) takes its
+    length from `env.horizon`; where that is unset, from the env's declared episode limit (a gymnasium time limit
+    or a `max_episode_steps` attribute), and without either it is refused in one line."""
     if cfg.exploration is None:
         return None
-    return build(cfg.exploration)(action_space=envs.action_space, num_actors=envs.num_envs, seed=seed)
+    length = {}
+    for key in ROLLOUT_LENGTH_KEYS:
+        if key in cfg.exploration and cfg.exploration[key] is None:
+            limit = envs.episode_limit()
+            if limit is None:
+                raise ValueError(f"exploration.{key} is unset and the env declares no episode limit: this "
+                                 "exploration follows the steps of a rollout and needs its length; set "
+                                 f"env.horizon=<steps> or exploration.{key}=<steps>")
+            length[key] = limit
+    made = build(cfg.exploration)(action_space=envs.action_space, num_actors=envs.num_envs, seed=seed, **length)
+    if length:
+        made.length_source = "the env's episode limit"
+    return made

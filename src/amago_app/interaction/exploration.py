@@ -124,8 +124,14 @@ class BilevelEpsilonGreedy(Exploration):
 
     def describe(self) -> str:
         return (f"bilevel: {self._noise()} {self.eps_start_start:g} -> {self.eps_start_end:g} at a rollout's start and "
-                f"{self.eps_end_start:g} -> {self.eps_end_end:g} by step {self.rollout_horizon:g}, over "
-                f"{self.steps_anneal:,} steps per actor{self._scaled()}")
+                f"{self.eps_end_start:g} -> {self.eps_end_end:g} by step {self.rollout_horizon:g}"
+                f"{self._length_source()}, over {self.steps_anneal:,} steps per actor{self._scaled()}")
+
+    #: where the rollout length came from when it was not configured (set by `build_exploration`)
+    length_source: str | None = None
+
+    def _length_source(self) -> str:
+        return f" ({self.length_source})" if self.length_source else ""
 
     def _scaled(self) -> str:
         return ", times each actor's m ~ U[0, 1)" if self.randomize_eps else ""
@@ -195,7 +201,7 @@ class CorridorEpsilonGreedy(EpsilonGreedy):
 
     def describe(self) -> str:
         return (f"{super().describe()}; {self.corridor_eps:.3g} in the corridor (steps {self.start_steps} to "
-                f"{self.horizon - self.decision_steps - 1})")
+                f"{self.horizon - self.decision_steps - 1}{self._length_source()})")
 
     def epsilon(self, time_idx: np.ndarray) -> np.ndarray:
         eps = super().epsilon(time_idx)
