@@ -42,6 +42,7 @@ SAVED_RUN_COMPONENTS = frozenset({
     f"{_P}.envs.builtin.mazerunner.MazeRunner",
     f"{_P}.envs.builtin.frozen_lake.MetaFrozenLake",
     f"{_P}.envs.builtin.image_memory.ImageMemory",
+    f"{_P}.envs.builtin.bandit.MetaBandit",
     f"{_P}.envs.suites.alchemy.SymbolicAlchemy",
     f"{_P}.envs.suites.atari.AtariPinnedVectorEnv",
     f"{_P}.envs.suites.babyai.BabyAIMultiTask",
