@@ -102,7 +102,7 @@ def check_rollout_memory(cfg: DictConfig, agent: BaseAgent, rows: int, device: t
                      f"{fits:,} fits)")
 
 
-#: the exploration options whose schedule follows a rollout's steps, and the key that gives its length
+#: the keys that give a rollout-following exploration its length (bilevel: rollout_horizon, corridor: horizon)
 ROLLOUT_LENGTH_KEYS = ("rollout_horizon", "horizon")
 
 
