@@ -4,7 +4,7 @@ The reference points a learned policy is read against: the mean reward per pull 
 redrawn at every reset), with its 95% interval, for
 
     uniform          pulls arms at random: what a policy that ignores the history gets (0.5)
-    win_stay         win-stay, lose-shift: repeats an arm that paid, otherwise picks another at random
+    win_stay         win-stay, lose-shift: repeats an arm that paid, otherwise picks an arm at random (possibly the same)
     thompson         Thompson sampling with a Beta(1, 1) prior per arm
     posterior_mean   pulls the arm with the highest posterior mean (Beta(1, 1) prior); untried arms count 0.5
     bayes_ucb        posterior mean plus one posterior standard deviation
