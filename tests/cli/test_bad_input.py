@@ -46,6 +46,11 @@ CASES = {
                                      "critic normalization must be one of (None, 'layer'), got 'batch'"),
     "missing resume path": (["resume=/no/such/run"], "cannot resume from /no/such/run"),
     "unknown key": (["trainer.foo=3"], "To append to your config use +trainer.foo=3; Key 'foo' not in 'TrainerConfig'"),
+    # TINY sizes a Transformer (traj_encoder.d_model=16): the GRU has no such key, and the line says which do
+    "a key of another memory": (["traj_encoder=gru"],
+                                "Key 'd_model' not in 'GRUTrajEncoderConfig'; traj_encoder=gru takes d_hidden, "
+                                "n_layers, d_output, norm; d_model is a key of traj_encoder=ff, "
+                                "traj_encoder=transformer, traj_encoder=mamba"),
     "wrong type": (["trainer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
     "unknown group option": (["traj_encoder=nope"],
                              "Could not find 'traj_encoder/nope'; Available options in 'traj_encoder': custom, ff, gru"),

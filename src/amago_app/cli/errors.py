@@ -61,7 +61,31 @@ def user_message(exc: BaseException) -> str | None:
         message += "; " + _one_line(str(cause))  # Hydra's text says where, its cause says what
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
-    return message
+    return message + _keys_hint(message)
+
+
+def _keys_hint(message: str) -> str:
+    """For an unknown key of a group option ("Key 'd_model' not in 'GRUTrajEncoderConfig'"): the keys that option
+    takes, and the options of its group that have the key (a key of the Transformer given to the default GRU)."""
+    import dataclasses
+    import re
+
+    from amago_app.config.schema import SCHEMAS
+
+    found = re.search(r"Key '([^']+)' not in '(\w+)'", message)
+    if found is None:
+        return ""
+    key, schema = found.groups()
+    for group, options in SCHEMAS.items():
+        names = {option: [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+                 for option, cls in options.items()}
+        option = next((o for o, cls in options.items() if cls.__name__ == schema), None)
+        if option is None or len(options) < 2:
+            continue
+        hint = f"; {group}={option} takes {', '.join(names[option])}"
+        having = [f"{group}={o}" for o, keys in names.items() if key in keys]
+        return hint + (f"; {key} is a key of {', '.join(having)}" if having else "")
+    return ""
 
 
 _DETAIL = ("full_key:", "reference_type=", "object_type=", "provider=")
