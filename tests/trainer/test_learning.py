@@ -37,6 +37,15 @@ def test_transformer_memory_solves_tmaze(tmp_path):
     assert result["val_return"] >= 0.75
 
 
+def test_the_default_run_solves_a_short_tmaze(tmp_path):
+    """`amago-train` with nothing but a shorter corridor: the default memory must carry the cue to the junction (a
+    memory-free agent stays at 0.5, the test below)."""
+    train(compose_config(["env.horizon=10", "trainer.epochs=16", "trainer.val_interval=2", "logger.verbose=false",
+                          "trainer.log_interval=1000"], tiny=False), tmp_path / "run")
+    success = _val_success(tmp_path / "run", "TMazePassive-H10")
+    assert success[0] < 0.5 and max(success[-3:]) == 1.0 and min(success[-3:]) >= 0.75, success
+
+
 def test_without_memory_the_tmaze_stays_at_chance(tmp_path):
     train(compose_config(TMAZE + ["traj_encoder=ff"], tiny=False), tmp_path / "run")
     success = _val_success(tmp_path / "run", "TMazePassive-H10")
