@@ -9,7 +9,9 @@ e.g. a missing suite package). Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
 from contextlib import contextmanager
 
@@ -66,10 +68,7 @@ def user_message(exc: BaseException) -> str | None:
 
 def _keys_hint(message: str) -> str:
     """For an unknown key of a group option ("Key 'd_model' not in 'GRUTrajEncoderConfig'"): the keys that option
-    takes, and the options of its group that have the key (a key of the Transformer given to the default GRU)."""
-    import dataclasses
-    import re
-
+    takes, and the options of its group that have the key (a Transformer key given to traj_encoder=gru)."""
     from amago_app.config.schema import SCHEMAS
 
     found = re.search(r"Key '([^']+)' not in '(\w+)'", message)
