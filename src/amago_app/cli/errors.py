@@ -76,11 +76,11 @@ def _keys_hint(message: str) -> str:
         return ""
     key, schema = found.groups()
     for group, options in SCHEMAS.items():
-        names = {option: [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
-                 for option, cls in options.items()}
         option = next((o for o, cls in options.items() if cls.__name__ == schema), None)
-        if option is None or len(options) < 2:
+        if option is None or len(options) < 2:  # a group of one schema (trainer, logger) has no sibling to name
             continue
+        names = {o: [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+                 for o, cls in options.items()}
         hint = f"; {group}={option} takes {', '.join(names[option])}"
         having = [f"{group}={o}" for o, keys in names.items() if key in keys]
         return hint + (f"; {key} is a key of {', '.join(having)}" if having else "")
