@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 from contextlib import contextmanager
 
 from hydra.errors import CompactHydraException
-from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, ValidationError
+from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue,
+                              ValidationError)
 
 from amago_app.rundir import OneLineError, describe_os_error, filesystem_error
 
@@ -35,7 +35,7 @@ USER_ERRORS = (OneLineError, CompactHydraException, FloatingPointError, ValueErr
 
 def user_message(exc: BaseException) -> str | None:
     """The one-line message of the outermost user error in `exc`'s cause chain (None: not a user error)."""
-    found, full_key, seen = None, None, set()
+    found, full_key, unknown, seen = None, None, None, set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -44,6 +44,9 @@ def user_message(exc: BaseException) -> str | None:
             full_key = text.rsplit("full_key:", 1)[1].split()[0] if text.rsplit("full_key:", 1)[1].split() else None
         if found is None and isinstance(e, USER_ERRORS):
             found = e
+        if (unknown is None and isinstance(e, (ConfigKeyError, ConfigAttributeError))
+                and isinstance(getattr(e, "object_type", None), type)):
+            unknown = (e.key, e.object_type)  # a key the schema of a config node does not have
         e = e.__cause__ or e.__context__
     if found is None:
         refused = filesystem_error(exc)
@@ -63,24 +66,22 @@ def user_message(exc: BaseException) -> str | None:
         message += "; " + _one_line(str(cause))  # Hydra's text says where, its cause says what
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
-    return message + _keys_hint(message)
+    return message + (_keys_hint(*unknown) if unknown else "")
 
 
-def _keys_hint(message: str) -> str:
-    """For an unknown key of a group option ("Key 'd_model' not in 'GRUTrajEncoderConfig'"): the keys that option
+def _keys_hint(key: str, schema: type) -> str:
+    """For a key the schema of a group option does not have (OmegaConf's error carries both): the keys that option
     takes, and the options of its group that have the key (a Transformer key given to traj_encoder=gru)."""
     from amago_app.config.schema import SCHEMAS
 
-    found = re.search(r"Key '([^']+)' not in '(\w+)'", message)
-    if found is None:
-        return ""
-    key, schema = found.groups()
     for group, options in SCHEMAS.items():
-        option = next((o for o, cls in options.items() if cls.__name__ == schema), None)
+        option = next((o for o, cls in options.items() if cls is schema), None)
         if option is None or len(options) < 2:  # a group of one schema (trainer, logger) has no sibling to name
             continue
         names = {o: [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
                  for o, cls in options.items()}
+        if key in names[option]:
+            return ""
         hint = f"; {group}={option} takes {', '.join(names[option])}"
         having = [f"{group}={o}" for o, keys in names.items() if key in keys]
         return hint + (f"; {key} is a key of {', '.join(having)}" if having else "")
