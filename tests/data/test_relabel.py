@@ -8,6 +8,7 @@ import pytest
 from amago_app.data.relabel import HindsightInstructionRelabeler
 from amago_app.data.timestep import Trajectory
 from amago_app.envs.builtin import MazeRunner
+from amago_app.trainer.build import build_relabeler
 
 DELTA = {1: (0, -1), 2: (-1, 0), 3: (0, 1), 4: (1, 0)}  # W, N, E, S (row, col)
 MAZE, K, LIMIT = 7, 3, 40
@@ -270,3 +271,16 @@ def test_missing_achieved_key_raises_unless_mode_none():
     with pytest.raises(ValueError):
         HindsightInstructionRelabeler("all")(traj)
     assert set(HindsightInstructionRelabeler("none")(traj).obs) == {"obs", "goals"}
+
+
+def _one_argument_relabeler(traj):  # a relabeler that cannot take the batch's generator
+    return traj
+
+
+def test_a_relabeler_that_takes_no_rng_is_refused_at_start():
+    """The buffer calls relabeler(traj, rng) with the batch's generator (a seeded run repeats); a callable that
+    cannot take it is refused when the buffer is built, not at the first batch."""
+    spec = {"_target_": f"{__name__}._one_argument_relabeler", "_partial_": True}
+    with pytest.raises(ValueError, match=r"must be callable as relabeler\(trajectory, rng\)"):
+        build_relabeler(spec)
+    assert build_relabeler({"_target_": "amago_app.data.relabel.HindsightInstructionRelabeler"}).mode == "some"

@@ -47,8 +47,13 @@ def _assert_same_run(a, b):
         assert torch.equal(wa[k], wb[k]), k
 
 
-def test_same_seed_same_run(tmp_path):
-    cfg = ["trainer.epochs=3", "seed=5", "trainer.threads=1"]
+#: MazeRunner's data passes through its hindsight relabeler, whose draws come from the batch's generator
+RELABELED = ["env=mazerunner", "env.horizon=6", "env.make.maze_dim=5", "env.parallel_actors=2"]
+
+
+@pytest.mark.parametrize("env", [[], RELABELED], ids=["tmaze", "mazerunner-relabeled"])
+def test_same_seed_same_run(tmp_path, env):
+    cfg = ["trainer.epochs=3", "seed=5", "trainer.threads=1", *env]
     train(compose_config(cfg), tmp_path / "a")
     train(compose_config(cfg), tmp_path / "b")
     _assert_same_run(tmp_path / "a", tmp_path / "b")

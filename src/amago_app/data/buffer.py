@@ -265,7 +265,7 @@ class DiskBuffer(Buffer):
         name: str,
         max_size: int = 20_000,
         min_size: int = 1,
-        relabeler: Callable[[Trajectory], Trajectory] | None = None,
+        relabeler: Callable[[Trajectory, np.random.Generator], Trajectory] | None = None,
         cache_gb: float = 2.0,
         read_only: bool = False,
         allow_pickle: bool = False,
@@ -630,7 +630,7 @@ class DiskBuffer(Buffer):
                 self._skip(path, f"it {what} ({e})")
                 self._drop(path)
                 continue
-            return self.relabeler(traj) if self.relabeler is not None else traj
+            return self.relabeler(traj, rng) if self.relabeler is not None else traj
 
     def get_description(self) -> str:
         return (

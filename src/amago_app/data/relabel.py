@@ -52,9 +52,10 @@ class HindsightInstructionRelabeler:
     Args:
         mode: "none" (only drop ``achieved``), "some" (replace a uniform number of the uncompleted goals) or
             "all" (replace every uncompleted goal when enough timesteps are available).
-        rng: the numpy Generator for every random choice. Default: a fresh ``np.random.default_rng()``,
-            re-created in each process that uses it (forked data-loader workers would otherwise share one
-            stream).
+        rng: the numpy Generator for calls that bring none. The buffer passes each call the generator of the
+            batch being drawn (seeded by the run's seed, rank and epoch), so a seeded run repeats. Default: a
+            fresh ``np.random.default_rng()``, re-created in each process that uses it (forked data-loader
+            workers would otherwise share one stream).
         goals_key / achieved_key: the observation keys holding the instruction and the achieved value.
     """
 
@@ -98,7 +99,7 @@ class HindsightInstructionRelabeler:
             meta=dict(traj.meta),
         )
 
-    def __call__(self, traj: Trajectory) -> Trajectory:
+    def __call__(self, traj: Trajectory, rng: np.random.Generator | None = None) -> Trajectory:
         obs = {k: v for k, v in traj.obs.items() if k != self.achieved_key}
         if self.mode == "none":
             return self._unchanged(traj, obs)
@@ -123,7 +124,7 @@ class HindsightInstructionRelabeler:
             raise ValueError(f"trajectory has {n} rewarded steps but the instruction only {k} goals")
 
         # 2. how many substitutes
-        rng = self.rng
+        rng = self.rng if rng is None else rng
         h = k - n if self.mode == "all" else int(rng.integers(0, k - n + 1))
         if h == 0:
             return self._unchanged(traj, obs)

@@ -206,7 +206,7 @@ class ShardBuffer(Buffer):
     """Replay buffer of memory-mapped shards (module docstring). Draws return views into the shards."""
 
     def __init__(self, root: str | os.PathLike, name: str, max_size: int = 20_000, min_size: int = 1,
-                 relabeler: Callable[[Trajectory], Trajectory] | None = None, shard_steps: int = SHARD_STEPS,
+                 relabeler: Callable[[Trajectory, np.random.Generator], Trajectory] | None = None, shard_steps: int = SHARD_STEPS,
                  read_only: bool = False):
         if not (isinstance(shard_steps, int) and shard_steps >= 4):
             raise ValueError(f"buffer.shard_steps={shard_steps!r} must be a whole number of timesteps >= 4")
@@ -431,7 +431,7 @@ class ShardBuffer(Buffer):
                 raise RunDirError(f"the shard buffer at {self.shard_dir} holds no committed trajectory")
         i = self._pick(rng, weight)
         traj = self._order[self._which[i]].trajectory(int(self._starts[i]), int(self._lengths[i]))
-        return self.relabeler(traj) if self.relabeler is not None else traj
+        return self.relabeler(traj, rng) if self.relabeler is not None else traj
 
     def trajectory(self, i: int) -> Trajectory:
         """Trajectory `i` of the index (shards in name order, each in write order)."""

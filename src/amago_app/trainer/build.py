@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import shutil
 import time
 import warnings
@@ -38,12 +39,27 @@ from amago_app.trainer.state import Counters, GlobalRNGs, Stateful, TrainingStat
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", None)
 
 
+def build_relabeler(spec):
+    """`buffer.relabeler`, checked to take (trajectory, rng): the buffer passes each call the batch's generator."""
+    if spec is None:
+        return None
+    relabeler = build(spec)
+    try:
+        inspect.signature(relabeler).bind(None, None)
+    except TypeError:
+        raise ValueError(f"buffer.relabeler ({type(relabeler).__name__}) must be callable as relabeler(trajectory, "
+                         "rng), rng being the numpy Generator of the batch it serves") from None
+    except ValueError:
+        pass  # no signature to read (a C function): the first call will tell
+    return relabeler
+
+
 def build_disk_buffer(cfg: DictConfig, run_dir: Path) -> DiskBuffer:
     """The run's own replay buffer: {buffer.root or the run dir's parent}/{buffer.name or the run dir's name}."""
     b = cfg.buffer
     root = Path(b.root) if b.root is not None else run_dir.parent
     name = b.name if b.name is not None else run_dir.name
-    relabeler = build(b.relabeler) if b.relabeler is not None else None
+    relabeler = build_relabeler(b.relabeler)
     if b.save_trajs_as == "traj" and not b.allow_pickle:
         raise ValueError("buffer.save_trajs_as=traj writes pickle files the run must read back: add "
                          "buffer.allow_pickle=true (only for a buffer you trust) or use npz")
@@ -60,7 +76,7 @@ def build_shard_buffer(cfg: DictConfig, run_dir: Path) -> ShardBuffer:
                          "aside, not shards); use buffer=disk or buffer.on_env_change=refuse")
     root = Path(b.root) if b.root is not None else run_dir.parent
     name = b.name if b.name is not None else run_dir.name
-    relabeler = build(b.relabeler) if b.relabeler is not None else None
+    relabeler = build_relabeler(b.relabeler)
     return ShardBuffer(root, name, max_size=b.max_size, min_size=b.min_size, relabeler=relabeler,
                        shard_steps=b.shard_steps)
 
