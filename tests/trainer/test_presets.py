@@ -106,9 +106,13 @@ def test_presets_derive_lengths_from_the_env():
     c = _resolved("+experiment=key_door", "env.horizon=300")
     assert c["exploration"]["rollout_horizon"] == 300 and c["env"]["make"]["meta_rollout_horizon"] == 300
     assert c["trainer"]["val_timesteps_per_epoch"] == 1200 and c["max_seq_len"] == 300
-    c = _resolved("+experiment=mazerunner", "buffer.relabeler.mode=all")
-    assert c["buffer"]["relabeler"]["mode"] == "all" and c["buffer"]["traj_save_len"] == 251
+    # env=mazerunner names its relabeler and the keys the networks read; the buffer and encoder follow them
+    c = _resolved("+experiment=mazerunner", "env.relabeler.mode=all")
+    assert c["buffer"]["relabeler"]["mode"] == "all" and c["buffer"]["traj_save_len"] is None  # whole episodes
     assert c["tstep_encoder"]["specify_obs_keys"] == ["obs", "goals"]
+    c = _resolved("env=mazerunner", "buffer.relabeler=null", "tstep_encoder.specify_obs_keys=[obs]")
+    assert c["buffer"]["relabeler"] is None and c["tstep_encoder"]["specify_obs_keys"] == ["obs"]
+    assert _resolved("env=tmaze")["buffer"]["relabeler"] is None
     if importlib.util.find_spec("popgym") is not None:  # its window comes from the package's task table
         c = _resolved("+experiment=popgym", "max_seq_len=500")
         assert len(c["agent"]["multigammas"]) == 18 and c["traj_encoder"]["max_time_idx"] == 2000

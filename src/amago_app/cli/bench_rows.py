@@ -46,6 +46,7 @@ NOT_LEARNING = (
     "bench.", "logger.", "hydra.", "run_name", "seed", "resume", "allow_targets", "objective", "env.name",
     "env.make_val", "env.max_seq_len", "env.val_timesteps", "env.mp_context", "env.step_timeout", "env.nan_to_num",
     "env.reward_multiplier", "env.suggestion_note",  # suggestions: agent.reward_multiplier is what is learned with
+    "env.relabeler", "env.obs_keys",  # likewise: buffer.relabeler and tstep_encoder.specify_obs_keys are what is used
     "env.make._partial_", "env.make.corridor_length", "env.make.meta_rollout_horizon", "env.make.id",
     "env.make.name", "env.kwargs", "tstep_encoder._partial_", "traj_encoder._partial_", "traj_encoder.flex_compile",
     "agent._partial_", "agent.actor._partial_", "agent.critic._partial_", "agent.fbc_filter_func._partial_",

@@ -35,7 +35,7 @@ USER_ERRORS = (OneLineError, CompactHydraException, FloatingPointError, ValueErr
 
 def user_message(exc: BaseException) -> str | None:
     """The one-line message of the outermost user error in `exc`'s cause chain (None: not a user error)."""
-    found, full_key, unknown, seen = None, None, None, set()
+    found, full_key, unknown, override, seen = None, None, None, None, set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -47,6 +47,9 @@ def user_message(exc: BaseException) -> str | None:
         if (unknown is None and isinstance(e, (ConfigKeyError, ConfigAttributeError))
                 and isinstance(getattr(e, "object_type", None), type)):
             unknown = (e.key, e.object_type)  # a key the schema of a config node does not have
+        if override is None and isinstance(getattr(e, "full_key", None), str) and isinstance(
+                e, (ConfigKeyError, ConfigAttributeError)):
+            override = e.full_key  # the key an override or a lookup asked for
         e = e.__cause__ or e.__context__
     if found is None:
         refused = filesystem_error(exc)
@@ -66,7 +69,26 @@ def user_message(exc: BaseException) -> str | None:
         message += "; " + _one_line(str(cause))  # Hydra's text says where, its cause says what
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
-    return message + (_keys_hint(*unknown) if unknown else "")
+    return message + (_keys_hint(*unknown) if unknown else "") + _follows_env_hint(override)
+
+
+def _follows_env_hint(full_key: str | None) -> str:
+    """For a key set inside a setting that follows the env's by default (`buffer.relabeler` is `${env.relabeler}`
+    until set): where to set it instead."""
+    from amago_app.config.schema import SCHEMAS
+
+    group, _, rest = (full_key or "").partition(".")
+    name, _, inner = rest.partition(".")
+    if not inner:
+        return ""
+    for cls in SCHEMAS.get(group, {}).values():
+        field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+        default = field.default if field is not None else None
+        if isinstance(default, str) and default.startswith("${env.") and default.endswith("}"):
+            source = default[2:-1]
+            return (f"; {group}.{name} follows {source} unless set: override {source}.{inner}, "
+                    f"or set {group}.{name} whole")
+    return ""
 
 
 def _keys_hint(key: str, schema: type) -> str:

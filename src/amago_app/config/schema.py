@@ -48,6 +48,12 @@ class EnvConfig:
     `auto` critic bins are fitted to it instead of to the largest reward seen times the episode limit."""
     suggestion_note: Optional[str] = None
     """Why the env option suggests its window and reward multiplier (printed in the start-up lines)."""
+    relabeler: Any = None
+    """The hindsight relabeler this env's data is made for (a `_target_` node), where it has one (env=mazerunner);
+    `buffer.relabeler` takes it unless set."""
+    obs_keys: Optional[list[str]] = None
+    """The observation keys the networks read (null: every key); an env leaves out the keys meant for its
+    relabeler alone. `tstep_encoder.specify_obs_keys` takes it unless set."""
     parallel_actors: int = 8
     """Number of envs stepped together by each process."""
     mode: str = "sync"
@@ -81,8 +87,8 @@ class FFTstepEncoderConfig:
     """Zero only the previous reward input."""
     normalize_inputs: bool = True
     """Running mean/std normalization of the input vector."""
-    specify_obs_keys: Optional[list[str]] = None
-    """Observation keys to encode (null = all)."""
+    specify_obs_keys: Optional[list[str]] = "${env.obs_keys}"  # type: ignore[assignment]
+    """Observation keys to encode (null = all). Default: the env's `obs_keys`."""
     auto_scale: bool = False
     """Widen hidden/output layers to at least the input size."""
 
@@ -470,8 +476,10 @@ class BufferConfig:
     """FIFO capacity in files (episodes or snippets)."""
     min_size: int = 1
     """Learning starts once there are more than this many files."""
-    relabeler: Any = None
-    """Callable applied to each loaded trajectory (e.g. hindsight relabeling); null = none."""
+    relabeler: Any = "${env.relabeler}"
+    """Callable applied to each loaded trajectory (e.g. hindsight relabeling) as `relabeler(traj, rng)`, where `rng`
+    is the generator of the batch being drawn (draw from it, and a seeded run repeats); null = none. Default: the
+    env's."""
     cache_gb: float = 2.0
     """RAM for decoded trajectory files (each file is decoded once, not once per sample)."""
     max_file_gb: float = 4.0

@@ -109,8 +109,9 @@ _MODULE_ID = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:\s*\S")
 
 
 def entries(node, path: str = "") -> Iterator[tuple[object, object, str]]:
-    """Every dict entry of a config, depth first, without resolving interpolations: (dict node, key, dotted path)."""
-    if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and node._is_none():
+    """Every dict entry of a config, depth first, without resolving interpolations: (dict node, key, dotted path).
+    A dict or list that is an interpolation (`${env.obs_keys}`) has no entries of its own: its text is a string."""
+    if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and (node._is_none() or node._is_interpolation()):
         return
     if OmegaConf.is_dict(node):
         for key in list(node.keys()):
@@ -124,6 +125,9 @@ def entries(node, path: str = "") -> Iterator[tuple[object, object, str]]:
 
 def _strings(node, path: str = "") -> Iterator[tuple[str, str]]:
     """Every string value of a config as written, interpolations unresolved: (dotted path, text)."""
+    if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and node._is_interpolation():
+        yield path, node._value()
+        return
     if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and node._is_none():
         return
     if OmegaConf.is_dict(node):

@@ -171,7 +171,7 @@ class Trainer:
             f"({self.overlap.reason}), rollout step "
             f"{f'compiled in {self.rollout_compile_seconds:.1f} s' if self.rollout_compiled.value else 'eager'} "
             f"({self.rollout_compiled.reason})\n"
-            f"  buffer {self.buffer.get_description()}"
+            f"  buffer {self.buffer.get_description()}{self._relabeling_note()}"
         )
         self._print_thread_notes()
 
@@ -184,6 +184,21 @@ class Trainer:
             source = "the env" if multiplier == c.env.reward_multiplier else "agent.reward_multiplier"
             line += f", rewards x{multiplier:g} ({source})"
         return line + (f"; {c.env.suggestion_note}" if c.env.suggestion_note else "")
+
+    def _relabeling_note(self) -> str:
+        """The relabeler and the observation keys the networks read, where either is set, and from where."""
+        c, parts = self.cfg, []
+        relabeler = c.buffer.get("relabeler")
+        if relabeler is not None:
+            target = str(relabeler.get("_target_", "?")).rsplit(".", 1)[-1]
+            mode = f" mode {relabeler.mode}" if "mode" in relabeler else ""
+            source = "the env" if relabeler == c.env.get("relabeler") else "buffer.relabeler"
+            parts.append(f"relabeled by {target}{mode} ({source})")
+        keys = c.tstep_encoder.get("specify_obs_keys")
+        if keys is not None:
+            source = "the env" if keys == c.env.get("obs_keys") else "tstep_encoder.specify_obs_keys"
+            parts.append(f"the networks read obs keys {', '.join(keys)} ({source})")
+        return "".join(f"; {p}" for p in parts)
 
     def _exploration_line(self) -> str:
         """The training actors' noise, and how its schedule sits in this run (a schedule that outlasts the run
