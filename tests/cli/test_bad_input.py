@@ -53,7 +53,8 @@ CASES = {
                                 "traj_encoder=transformer, traj_encoder=mamba"),
     "a key inside a setting that follows the env": (
         ["env=mazerunner", "buffer.relabeler.mode=all"],
-        "buffer.relabeler follows env.relabeler unless set: override env.relabeler.mode, or set buffer.relabeler whole"),
+        "buffer.relabeler follows env.relabeler unless set: override env.relabeler.mode, "
+        "or set buffer.relabeler whole"),
     "wrong type": (["trainer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
     "unknown group option": (["traj_encoder=nope"],
                              "Could not find 'traj_encoder/nope'; Available options in 'traj_encoder': custom, ff, gru"),

@@ -206,8 +206,8 @@ class ShardBuffer(Buffer):
     """Replay buffer of memory-mapped shards (module docstring). Draws return views into the shards."""
 
     def __init__(self, root: str | os.PathLike, name: str, max_size: int = 20_000, min_size: int = 1,
-                 relabeler: Callable[[Trajectory, np.random.Generator], Trajectory] | None = None, shard_steps: int = SHARD_STEPS,
-                 read_only: bool = False):
+                 relabeler: Callable[[Trajectory, np.random.Generator], Trajectory] | None = None,
+                 shard_steps: int = SHARD_STEPS, read_only: bool = False):
         if not (isinstance(shard_steps, int) and shard_steps >= 4):
             raise ValueError(f"buffer.shard_steps={shard_steps!r} must be a whole number of timesteps >= 4")
         self.read_only = bool(read_only)
