@@ -44,12 +44,11 @@ def user_message(exc: BaseException) -> str | None:
             full_key = text.rsplit("full_key:", 1)[1].split()[0] if text.rsplit("full_key:", 1)[1].split() else None
         if found is None and isinstance(e, USER_ERRORS):
             found = e
-        if (unknown is None and isinstance(e, (ConfigKeyError, ConfigAttributeError))
-                and isinstance(getattr(e, "object_type", None), type)):
-            unknown = (e.key, e.object_type)  # a key the schema of a config node does not have
-        if override is None and isinstance(getattr(e, "full_key", None), str) and isinstance(
-                e, (ConfigKeyError, ConfigAttributeError)):
-            override = e.full_key  # the key an override or a lookup asked for
+        if isinstance(e, (ConfigKeyError, ConfigAttributeError)):
+            if unknown is None and isinstance(getattr(e, "object_type", None), type):
+                unknown = (e.key, e.object_type)  # a key the schema of a config node does not have
+            if override is None and isinstance(getattr(e, "full_key", None), str):
+                override = e.full_key  # the key an override or a lookup asked for
         e = e.__cause__ or e.__context__
     if found is None:
         refused = filesystem_error(exc)

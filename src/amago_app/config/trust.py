@@ -125,10 +125,9 @@ def entries(node, path: str = "") -> Iterator[tuple[object, object, str]]:
 
 def _strings(node, path: str = "") -> Iterator[tuple[str, str]]:
     """Every string value of a config as written, interpolations unresolved: (dotted path, text)."""
-    if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and node._is_interpolation():
-        yield path, node._value()
-        return
-    if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and node._is_none():
+    if (OmegaConf.is_dict(node) or OmegaConf.is_list(node)) and (node._is_none() or node._is_interpolation()):
+        if node._is_interpolation():
+            yield path, node._value()
         return
     if OmegaConf.is_dict(node):
         for key in list(node.keys()):
