@@ -3,6 +3,8 @@
 #   bash scripts/test.sh            # default suite (minutes on 2 CPUs)
 #   bash scripts/test.sh --all      # also the slow learning tests
 #   extra arguments go to pytest:  bash scripts/test.sh -k buffer -x
+# Tests run in one process per core (pytest-xdist, `-n auto`); TEST_WORKERS=0 runs them in this one process, and an
+# `-n N` given here wins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export EXTRAS="${EXTRAS:-test}"
@@ -14,7 +16,7 @@ if [ "${1:-}" = "--all" ]; then
   shift
 fi
 set +e
-"$VENV/bin/python" -m pytest "${MARK[@]}" "$@"
+"$VENV/bin/python" -m pytest -n "${TEST_WORKERS:-auto}" "${MARK[@]}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

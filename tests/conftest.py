@@ -16,6 +16,11 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist runs a test process per core (scripts/test.sh): one torch thread each, passed on to the
+    # commands the tests start, so the processes do not fight over the cores (threads.py says why that stalls)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
