@@ -213,6 +213,30 @@ def test_rows_without_the_originals_runs_keep_their_report(tmp_path):
     assert "preset|score" in {line.get_gid() for line in fig.axes[0].get_lines()}
 
 
+def test_the_defaults_are_measured_against_the_presets_gain_over_the_untrained_policy(tmp_path):
+    """The defaults' share of a preset: speed where both reach the threshold, and the final value counted from
+    the untrained policy's validation (a T-maze's coin flip at 0.5 is not something either setting learned)."""
+    from amago_app.cli.bench_report import final_share, preset_share
+    from amago_app.cli.bench_score import task_result
+
+    runs = tmp_path / "runs" / "tmaze_h50"
+    _fake_run(runs / "memory" / "seed0", {"val": [0.5, 0.8, 1.0, 1.0]}, False, False)
+    _fake_run(runs / bench_rows.DEFAULTS / "seed0", {"val": [0.5, 0.6, 0.9, 0.9]}, False, False)
+    v = task_result("tmaze_h50", tmp_path, [0])["variants"]
+    preset, defaults = v["memory"], v[bench_rows.DEFAULTS]
+    assert preset["mean_start"] == defaults["mean_start"] == 0.5
+    assert final_share(preset, defaults) == pytest.approx(0.8)  # 0.4 of the preset's 0.5 above the start
+    assert preset_share(preset, defaults) == ("the preset reaches the threshold, the defaults do not; final 0.9 "
+                                              "against the preset's 1: 80% of the preset's gain over the untrained "
+                                              "policy")
+    # returns below zero: Pendulum-like, from -1,400 untrained to -160 (preset) and -250 (defaults)
+    pend = lambda final: {"mean_start": -1400.0, "mean_final": final}
+    assert final_share(pend(-160.0), pend(-250.0)) == pytest.approx(1150 / 1240)
+    # no untrained validation on record, or a preset that ends no higher than it started: no share
+    assert final_share({"mean_start": None, "mean_final": 1.0}, {"mean_start": None, "mean_final": 0.9}) is None
+    assert final_share(pend(-1500.0), pend(-250.0)) is None
+
+
 def _processes_mentioning(text: str) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):

@@ -19,18 +19,33 @@ def _fmt(x, digits=3) -> str:
     return f"{x:.{digits}g}" if isinstance(x, float) else f"{x:,}"
 
 
+def final_share(preset: dict, defaults: dict) -> float | None:
+    """The defaults' final value as a share of the preset's, each measured from where training starts: (defaults'
+    final - start) / (preset's final - start), the start being the mean validation of both variants' untrained
+    policies. None where a start is not on record or the preset ends no higher than it."""
+    starts = [v["mean_start"] for v in (preset, defaults) if v.get("mean_start") is not None]
+    if not starts or preset["mean_final"] is None or defaults["mean_final"] is None:
+        return None
+    start = sum(starts) / len(starts)
+    gain = preset["mean_final"] - start
+    return (defaults["mean_final"] - start) / gain if gain > 0 else None
+
+
 def preset_share(preset: dict, defaults: dict) -> str:
     """What the defaults reach of what the preset reaches, from two variants of `task_result`: the preset's
-    median updates to the threshold over the defaults' (100% = as fast) where both reached it, else the two
-    final values."""
+    median updates to the threshold over the defaults' (100% = as fast) where both reached it, and the final
+    values with `final_share`."""
     if not (preset["seeds_run"] and defaults["seeds_run"]):
         return "-"
     u_preset, u_defaults = preset["median_updates_to_threshold"], defaults["median_updates_to_threshold"]
     if u_preset and u_defaults:
-        return (f"{100 * u_preset / u_defaults:.0f}% of the preset's speed (median updates {u_defaults:,.0f} "
-                f"against {u_preset:,.0f})")
-    reached = "the preset reaches the threshold, the defaults do not; " if u_preset else ""
-    return f"{reached}final {_fmt(defaults['mean_final'])} against the preset's {_fmt(preset['mean_final'])}"
+        speed = (f"{100 * u_preset / u_defaults:.0f}% of the preset's speed (median updates {u_defaults:,.0f} "
+                 f"against {u_preset:,.0f}); ")
+    else:
+        speed = "the preset reaches the threshold, the defaults do not; " if u_preset else ""
+    share = final_share(preset, defaults)
+    gain = "" if share is None else f": {100 * share:.0f}% of the preset's gain over the untrained policy"
+    return f"{speed}final {_fmt(defaults['mean_final'])} against the preset's {_fmt(preset['mean_final'])}{gain}"
 
 
 def _modes_cell(modes: dict) -> str:

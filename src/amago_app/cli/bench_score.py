@@ -200,6 +200,9 @@ def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int
             "median_env_steps_to_threshold": _median([r["env_steps_to_threshold"] for r in ran]),
             "mean_best": _mean([r["best"] for r in ran]),
             "mean_final": _mean([r["final"] for r in ran]),
+            # the untrained policy's score: validations at update 0, where a run made one
+            "mean_start": _mean([r["curve"][0]["score"] for r in ran
+                                 if r["curve"] and r["curve"][0].get("gradient_steps") == 0]),
             "mean_wall_s": _mean([r["wall_s"] for r in ran]),
             "mean_updates_per_s": _mean([r["updates_per_s"] for r in ran]),
             "median_cpu_seconds_to_threshold": _median([r["cpu_seconds_to_threshold"] for r in ran]),
