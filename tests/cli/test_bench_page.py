@@ -13,6 +13,7 @@ import sys
 
 from amago_app.cli import bench_rows
 from amago_app.cli.bench_page import BEGIN, END, region
+from amago_app.cli.bench_report import final_share
 from amago_app.cli.bench_run import cpu_model
 
 TINY = ["--budget-scale", "0.05", "--override", "trainer.train_batches_per_epoch=3",
@@ -79,9 +80,13 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
     # steps, final 450 with its 95% interval (t 12.71 x 50 / sqrt(2) x sqrt(2)), 80 CPU s per run
     assert cells[8] == "seeds 0, 1: 1/2, 3 / 40, 450 [-185, 1,085], 80 CPU s"
     # the row at amago_app's defaults (its env and budget only): neither side reached, so the finals are compared
-    dflt = json.loads((out / "cartpole.json").read_text())["variants"]["defaults"]["seeds"]["0"]
+    variants = json.loads((out / "cartpole.json").read_text())["variants"]
+    dflt = variants["defaults"]["seeds"]["0"]
+    share = final_share(variants["memory"], variants["defaults"])  # None where the preset ended below its start
     assert cells[9] == (f"seeds 0: 0/1, -, {dflt['final']:.3g} (1 seed); final {dflt['final']:.3g} against the "
-                        f"preset's {mine['final']:.3g}")
+                        f"preset's {mine['final']:.3g}"
+                        + ("" if share is None else f": {100 * share:.0f}% of the preset's gain over the untrained "
+                                                    "policy"))
     assert cells[10] == "[curves](bench/cartpole.png)" and (page.parent / "bench" / "cartpole.png").stat().st_size > 1000
     assert ("`amago-bench --tasks cartpole --seeds 0 --budget-scale 0.05 --override trainer.train_batches_per_epoch=3"
             in generated)
