@@ -128,6 +128,27 @@ def test_baselines_may_run_fewer_seeds(tmp_path):
     assert list(result["variants"]["ff"]["seeds"]) == ["0"] and len(result["variants"]["memory"]["seeds"]) == 3
 
 
+def test_a_preset_that_is_the_defaults_runs_once_and_reports_for_both(tmp_path, capsys):
+    """memory_chain's preset is its env and budget only: --defaults must not run it a second time (the same
+    settings, the same seeds: the same runs), and the report says whose runs its defaults' cell stands on."""
+    from amago_app.cli.bench_report import SAME_AS_PRESET, markdown_table
+    from amago_app.cli.bench_run import jobs_for
+    from amago_app.cli.bench_score import task_result
+
+    assert bench_rows.preset_is_defaults("memory_chain") and not bench_rows.preset_is_defaults("tmaze_h50")
+    jobs = jobs_for(["memory_chain", "tmaze_h50"], [0], tmp_path, 1.0, baseline_seeds=[], defaults=True)
+    assert sorted((j.task, j.variant) for j in jobs) == [
+        ("memory_chain", "memory"), ("tmaze_h50", bench_rows.DEFAULTS), ("tmaze_h50", "memory")]
+    assert "memory_chain: its preset is amago_app's defaults" in capsys.readouterr().out
+    _fake_run(tmp_path / "runs" / "memory_chain" / "memory" / "seed0", {"val": [0.0, 0.5, 1.0]}, False, False,
+              metric="Average Total Return in MemoryChain-bsuite")
+    _fake_run(tmp_path / "runs" / "tmaze_h50" / "memory" / "seed0", {"val": [0.5, 1.0]}, False, False)
+    table = markdown_table([task_result("memory_chain", tmp_path, [0]), task_result("tmaze_h50", tmp_path, [0])])
+    chain, tmaze = (next(line for line in table.splitlines() if line.startswith(f"| {row} |"))
+                    for row in ("memory_chain", "tmaze_h50"))
+    assert chain.endswith(f"| {SAME_AS_PRESET} |") and tmaze.endswith("| - |")
+
+
 def test_bad_arguments_exit_with_one_line(capsys):
     assert main(["--tasks", "cartpole,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -147,7 +168,8 @@ def test_cpu_seconds_to_threshold_follow_the_gradient_steps_not_the_wall_clock()
     assert _cpu_to({"wall_time": 50.0}, {"wall_time": 100.0}, 300.0) == 150.0  # no step counts: wall share
 
 
-def _fake_run(run_dir, curves: dict[str, list[float]], sample_val: bool, original: bool, cpu: float = 50.0):
+def _fake_run(run_dir, curves: dict[str, list[float]], sample_val: bool, original: bool, cpu: float = 50.0,
+              metric: str = "Average Success in TMazePassive-H50"):
     """A finished run directory as amago-train (config.yaml) or scripts/compare_original.py (original.json)
     leave it: one validation every 100 updates / 800 env steps, per section."""
     run_dir.mkdir(parents=True)
@@ -158,7 +180,7 @@ def _fake_run(run_dir, curves: dict[str, list[float]], sample_val: bool, origina
     (run_dir / "metrics").mkdir()
     for section, scores in curves.items():
         lines = [json.dumps({"epoch": i, "total_frames": 800 * i, "gradient_steps": 100 * i, "wall_time": 10.0 * i,
-                             f"{section}/Average Success in TMazePassive-H50": y}) for i, y in enumerate(scores)]
+                             f"{section}/{metric}": y}) for i, y in enumerate(scores)]
         (run_dir / "metrics" / f"{section}.jsonl").write_text("\n".join(lines) + "\n")
     (run_dir / "bench_done.json").write_text(json.dumps({"returncode": 0, "cpu_seconds": cpu}))
 

@@ -18,6 +18,7 @@ such row comparing amago_app and the original, seed by seed, in both validation 
 `--defaults` also runs each row at amago_app's defaults (variant `defaults`): the preset's env and budget and
 nothing else of it, the way a user's own env runs. The reports put it beside the preset with the share of the
 preset's result it reaches (its median updates to the threshold against the defaults', or the final values).
+A row whose preset is its env and budget only (memory_chain) is the defaults already: it runs once.
 
 Runs that finished before (a `bench_done.json` in their directory) are not run again, so a matrix can be
 filled in over several invocations into the same `--out`; a run that did not finish is started again from

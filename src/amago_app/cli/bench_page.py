@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from amago_app.cli import bench_rows
-from amago_app.cli.bench_report import _fmt, plot_task, preset_share
+from amago_app.cli.bench_report import SAME_AS_PRESET, _fmt, plot_task, preset_share
 from amago_app.cli.bench_run import read_outcome
 from amago_app.cli.bench_score import ORIGINAL_VARIANTS, task_result
 from amago_app.rundir import atomic_write_bytes
@@ -141,9 +141,11 @@ def row_lines(name: str, out: Path, page: Path, scale: float, extra: list[str]) 
               f"seeds {_seeds(orig['seeds'])}: {orig['reached']}, {orig['to_threshold']}, {orig['final']}, "
               f"{orig['cpu_s']} CPU s")
     dflt = _figures(result["variants"][bench_rows.DEFAULTS]) if bench_rows.DEFAULTS in result["variants"] else None
-    defaults_cell = ("not run" if dflt is None else
-                     f"seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, {dflt['final']}; "
-                     f"{preset_share(result['variants']['memory'], result['variants'][bench_rows.DEFAULTS])}")
+    if dflt is None:
+        defaults_cell = SAME_AS_PRESET if result["preset_is_defaults"] else "not run"
+    else:
+        defaults_cell = (f"seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, {dflt['final']}; "
+                         f"{preset_share(result['variants']['memory'], result['variants'][bench_rows.DEFAULTS])}")
     cpus = sorted(set(mine["cpus"]) | set(orig["cpus"] if orig else []) | set(dflt["cpus"] if dflt else []))
     png.parent.mkdir(parents=True, exist_ok=True)
     drawn = plot_task(result, png)

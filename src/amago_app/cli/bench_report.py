@@ -54,6 +54,10 @@ def _modes_cell(modes: dict) -> str:
     return f"{cell('greedy')}; {cell('sampled')}"
 
 
+#: the defaults' cell of a row whose preset is the defaults (its env and budget only): its runs are the preset's
+SAME_AS_PRESET = "the preset is the defaults (the row's env and budget only): the same runs"
+
+
 def markdown_table(results: list[dict]) -> str:
     lines = ["| row | threshold | seeds reached | wall / CPU s to threshold (median) | updates / env steps to "
              "threshold (median) | best / final (mean) | greedy / sampled validation: best / final (mean) | "
@@ -75,8 +79,10 @@ def markdown_table(results: list[dict]) -> str:
                                        f"{_fmt(ff['mean_best'])} / {_fmt(ff['mean_final'])} "
                                        f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
         d = r["variants"].get(DEFAULTS)
-        dflt = "-" if d is None or not d["seeds_run"] else (
-            f"{d['seeds_reached']}/{d['seeds_run']} reached, final {_fmt(d['mean_final'])}: {preset_share(m, d)}")
+        if d is None or not d["seeds_run"]:
+            dflt = SAME_AS_PRESET if r.get("preset_is_defaults") else "-"
+        else:
+            dflt = f"{d['seeds_reached']}/{d['seeds_run']} reached, final {_fmt(d['mean_final'])}: {preset_share(m, d)}"
         wall, cpu = m["median_wall_to_threshold_s"], m["median_cpu_seconds_to_threshold"]
         lines.append(
             f"| {r['task']} | {_fmt(r['threshold'])} | {m['seeds_reached']}/{m['seeds_run']}{partial} | "

@@ -178,6 +178,17 @@ def digest(learning_settings: dict) -> str:
     return hashlib.sha256(json.dumps(learning_settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@lru_cache(maxsize=None)
+def preset_is_defaults(name: str) -> bool:
+    """Whether the row's preset composes to exactly its `defaults` variant (a preset reduced to its env and
+    budget): then one set of runs stands for both, and `--defaults` does not run the row twice. The same budget
+    scale and overrides go into both variants, so the answer at scale 1 without overrides holds for every run."""
+    t = task(name)
+    # (the defaults variant composes an empty `bench: null` where the preset has its block: neither is learned with)
+    preset, plain = ({k: v for k, v in settings(t, variant).items() if k != "bench"} for variant in ("memory", DEFAULTS))
+    return preset == plain
+
+
 def export(names: list[str], scale: float = 1.0, extra: list[str] = ()) -> dict:
     """`amago-bench --export-settings`: per row its `bench:` block, budget and the settings of each variant (the
     preset's and its memory-free baseline's: the ones the original AMAGO runs)."""

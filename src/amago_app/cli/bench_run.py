@@ -47,12 +47,17 @@ class Job:
 def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra: list[str] = (),
              baseline_seeds: list[int] | None = None, defaults: bool = False) -> list[Job]:
     """The runs of `names`: `seeds` of each preset, `baseline_seeds` (default: `seeds`) of the memory-free
-    baseline of memory rows, and with `defaults` `seeds` of the row at amago_app's defaults. Each variant's
-    settings are composed here, so a bad --override fails before any run starts."""
+    baseline of memory rows, and with `defaults` `seeds` of the row at amago_app's defaults (not where the preset
+    is the defaults: its runs would repeat the preset's). Each variant's settings are composed here, so a bad
+    --override fails before any run starts."""
     jobs = []
     for name in names:
         task = bench_rows.task(name)
         for variant in bench_rows.variants(task, defaults):
+            if variant == bench_rows.DEFAULTS and bench_rows.preset_is_defaults(name):
+                print(f"amago-bench: {name}: its preset is amago_app's defaults (the row's env and budget only), "
+                      "so its preset's runs stand for both", flush=True)
+                continue
             overrides = bench_rows.run_overrides(task, variant, scale, extra)
             fingerprint = bench_rows.digest(bench_rows.settings(task, variant, scale, extra))
             variant_seeds = seeds if variant != "ff" or baseline_seeds is None else baseline_seeds
