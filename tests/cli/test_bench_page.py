@@ -56,8 +56,12 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
     # the original's runs at the same settings (what compare_original.py writes), and one at other settings
     exported = json.loads(_bench("--export-settings", "--tasks", "cartpole", *TINY).stdout)
     settings = exported["cartpole"]["variants"]["memory"]
-    _original_run(out / "runs" / "cartpole" / "original" / "seed0", settings, [10.0, 480.0, 500.0], 90.0)
-    _original_run(out / "runs" / "cartpole" / "original" / "seed1", settings, [10.0, 20.0, 400.0], 70.0)
+    # the original in fp32 beside amago_app in bf16 (`--override trainer.mixed_precision=no`, which some rows need:
+    # the original's bf16 update can fail): still the row's settings, and the command says it
+    assert settings["trainer.mixed_precision"] != "no"
+    fp32 = {**settings, "trainer.mixed_precision": "no"}
+    _original_run(out / "runs" / "cartpole" / "original" / "seed0", fp32, [10.0, 480.0, 500.0], 90.0)
+    _original_run(out / "runs" / "cartpole" / "original" / "seed1", fp32, [10.0, 20.0, 400.0], 70.0)
     _original_run(out / "runs" / "cartpole" / "original" / "seed2", {**settings, "agent.gamma": 0.5}, [500.0], 1.0)
 
     r = _bench("--report-only", "--out", str(out), "--results-page", str(page), *TINY)
@@ -91,7 +95,9 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
     assert ("`amago-bench --tasks cartpole --seeds 0 --budget-scale 0.05 --override trainer.train_batches_per_epoch=3"
             in generated)
     assert "at amago_app's defaults: `amago-bench --tasks cartpole --seeds 0 --defaults --budget-scale 0.05" in generated
-    assert "python scripts/compare_original.py --amago <checkout of UT-Austin-RPL/amago at 0123456789ab>" in generated
+    assert ("python scripts/compare_original.py --amago <checkout of UT-Austin-RPL/amago at 0123456789ab> --rows "
+            "cartpole --seeds 0,1 --budget-scale 0.05") in generated
+    assert "--override env.parallel_actors=2 --override trainer.mixed_precision=no`" in generated
 
     # at other settings the same runs are not the row's figures: left out and counted
     r = _bench("--report-only", "--out", str(out), "--results-page", str(page), *TINY, "--override",

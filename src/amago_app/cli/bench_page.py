@@ -32,16 +32,30 @@ def _original_settings(run_dir: Path) -> dict | None:
         return None
 
 
+#: the original's precision is its own: on some rows its first bf16 update fails torch's argument check, so it runs
+#: in fp32 (`--override trainer.mixed_precision=no`) beside amago_app in bf16
+ORIGINALS_OWN = ("trainer.mixed_precision",)
+
+
+def _without_originals_own(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k not in ORIGINALS_OWN}
+
+
 def current_settings_filter(name: str, scale: float, extra: list[str]):
     """keep(variant, run_dir): the run finished and was made at the row's settings as they compose now (the
-    original's runs: the settings compare_original.py was given, against the amago_app variant they mirror)."""
+    original's runs: the settings compare_original.py was given, against the amago_app variant they mirror, but
+    for its precision)."""
     t = bench_rows.task(name)
     known = bench_rows.variants(t, defaults=True)
 
     @lru_cache(maxsize=None)
-    def now(variant: str) -> str | None:
-        """The variant's settings digest, composed only for variants that have runs on disk."""
-        return bench_rows.digest(bench_rows.settings(t, variant, scale, extra)) if variant in known else None
+    def now(variant: str, originals: bool = False) -> str | None:
+        """The variant's settings digest (with `originals`, less ORIGINALS_OWN), composed only for variants that
+        have runs on disk."""
+        if variant not in known:
+            return None
+        settings = bench_rows.settings(t, variant, scale, extra)
+        return bench_rows.digest(_without_originals_own(settings) if originals else settings)
 
     def keep(variant: str, run_dir: Path) -> bool:
         outcome = read_outcome(run_dir)
@@ -50,7 +64,8 @@ def current_settings_filter(name: str, scale: float, extra: list[str]):
         if variant in ORIGINAL_VARIANTS:
             given = _original_settings(run_dir)
             mirrored = "memory" if variant == "original" else "ff"
-            return isinstance(given, dict) and bench_rows.digest(given) == now(mirrored)
+            return (isinstance(given, dict)
+                    and bench_rows.digest(_without_originals_own(given)) == now(mirrored, originals=True))
         return outcome.get("settings_digest") == now(variant)
 
     return keep
@@ -117,6 +132,11 @@ def _original_command(name: str, run_dirs: list[Path], seeds: list[int], scale: 
         parts += ["--budget-scale", f"{scale:g}"]
     for o in extra:
         parts += ["--override", o]
+    for key in ORIGINALS_OWN:  # where the original's runs were given their own value, as they were given it
+        given = {str((_original_settings(d) or {}).get(key)) for d in run_dirs}
+        if len(given) == 1 and (value := given.pop()) != str(bench_rows.settings(bench_rows.task(name), "memory",
+                                                                                    scale, extra).get(key)):
+            parts += ["--override", f"{key}={value}"]
     return " ".join(parts)
 
 
