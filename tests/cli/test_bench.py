@@ -55,8 +55,7 @@ def test_the_defaults_variant_keeps_the_rows_env_and_budget_and_nothing_else():
     t = bench_rows.task("tmaze_h50")
     preset, plain = bench_rows.settings(t, "memory"), bench_rows.settings(t, bench_rows.DEFAULTS)
     differ = {k: (preset.get(k), plain.get(k)) for k in set(preset) | set(plain) if preset.get(k) != plain.get(k)}
-    assert differ == {"agent.tau": (0.003, 0.005), "agent.n_step": (1, 3), "trainer.greedy_actor_fraction": (0.5, 0.0),
-                      "traj_encoder.qkv_gain": (3.0, 1.0)}
+    assert differ == {"trainer.greedy_actor_fraction": (0.5, 0.0), "traj_encoder.qkv_gain": (3.0, 1.0)}
     # POPGym's window is derived from the task at the defaults, not taken from the preset's env.horizon
     t = bench_rows.task("popgym_repeat_previous")
     assert "env.horizon=64" not in bench_rows.run_overrides(t, bench_rows.DEFAULTS)
