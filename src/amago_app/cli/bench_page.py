@@ -49,12 +49,15 @@ def current_settings_filter(name: str, scale: float, extra: list[str]):
     known = bench_rows.variants(t, defaults=True)
 
     @lru_cache(maxsize=None)
+    def composed(variant: str) -> dict | None:
+        """The variant's settings, composed once and only for variants that have runs on disk."""
+        return bench_rows.settings(t, variant, scale, extra) if variant in known else None
+
     def now(variant: str, originals: bool = False) -> str | None:
-        """The variant's settings digest (with `originals`, less ORIGINALS_OWN), composed only for variants that
-        have runs on disk."""
-        if variant not in known:
+        """The variant's settings digest (with `originals`, less ORIGINALS_OWN)."""
+        settings = composed(variant)
+        if settings is None:
             return None
-        settings = bench_rows.settings(t, variant, scale, extra)
         return bench_rows.digest(_without_originals_own(settings) if originals else settings)
 
     def keep(variant: str, run_dir: Path) -> bool:
@@ -119,12 +122,14 @@ def _bench_command(name: str, seeds: list[int], scale: float, extra: list[str], 
 
 
 def _original_command(name: str, run_dirs: list[Path], seeds: list[int], scale: float, extra: list[str]) -> str:
-    commits = set()
+    commits, given = set(), []  # the checkouts, and the settings each run was given
     for d in run_dirs:
         try:
-            commits.add(json.loads((d / "original.json").read_text()).get("commit"))
+            record = json.loads((d / "original.json").read_text())
+            commits.add(record.get("commit"))
+            given.append(record.get("settings") or {})
         except (OSError, ValueError, AttributeError):
-            pass
+            given.append({})
     commit = ", ".join(sorted(c[:12] for c in commits if c)) or "commit not recorded"
     parts = ["python scripts/compare_original.py", f"--amago <checkout of UT-Austin-RPL/amago at {commit}>",
              "--rows", name, "--seeds", ",".join(map(str, seeds))]
@@ -132,10 +137,13 @@ def _original_command(name: str, run_dirs: list[Path], seeds: list[int], scale: 
         parts += ["--budget-scale", f"{scale:g}"]
     for o in extra:
         parts += ["--override", o]
+    mine = None
     for key in ORIGINALS_OWN:  # where the original's runs were given their own value, as they were given it
-        given = {str((_original_settings(d) or {}).get(key)) for d in run_dirs}
-        if len(given) == 1 and (value := given.pop()) != str(bench_rows.settings(bench_rows.task(name), "memory",
-                                                                                    scale, extra).get(key)):
+        values = {str(g.get(key)) for g in given if isinstance(g, dict)}
+        if len(values) != 1:
+            continue
+        mine = mine or bench_rows.settings(bench_rows.task(name), "memory", scale, extra)
+        if (value := values.pop()) != str(mine.get(key)):
             parts += ["--override", f"{key}={value}"]
     return " ".join(parts)
 
@@ -162,7 +170,7 @@ def row_lines(name: str, out: Path, page: Path, scale: float, extra: list[str]) 
               f"{orig['cpu_s']} CPU s")
     dflt = _figures(result["variants"][bench_rows.DEFAULTS]) if bench_rows.DEFAULTS in result["variants"] else None
     if dflt is None:
-        defaults_cell = SAME_AS_PRESET if result["preset_is_defaults"] else "not run"
+        defaults_cell = SAME_AS_PRESET if bench_rows.preset_is_defaults(name) else "not run"
     else:
         defaults_cell = (f"seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, {dflt['final']}; "
                          f"{preset_share(result['variants']['memory'], result['variants'][bench_rows.DEFAULTS])}")

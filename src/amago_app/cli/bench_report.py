@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from amago_app.cli.bench_rows import DEFAULTS
+from amago_app.cli.bench_rows import DEFAULTS, preset_is_defaults
 from amago_app.cli.bench_score import ORIGINAL_VARIANTS, VARIANT_LABELS, task_result
 
 
@@ -80,7 +80,7 @@ def markdown_table(results: list[dict]) -> str:
                                        f"({ff['seeds_reached']}/{ff['seeds_run']} reached)")
         d = r["variants"].get(DEFAULTS)
         if d is None or not d["seeds_run"]:
-            dflt = SAME_AS_PRESET if r.get("preset_is_defaults") else "-"
+            dflt = SAME_AS_PRESET if preset_is_defaults(r["task"]) else "-"
         else:
             dflt = f"{d['seeds_reached']}/{d['seeds_run']} reached, final {_fmt(d['mean_final'])}: {preset_share(m, d)}"
         wall, cpu = m["median_wall_to_threshold_s"], m["median_cpu_seconds_to_threshold"]

@@ -212,5 +212,4 @@ def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int
                       for mode in ("greedy", "sampled") if any(mode in r["modes"] for r in ran)},
             "val_mode": next((m for r in ran if (m := _configured_val_mode(Path(r["run_dir"])))), None),
         }
-    return {"task": name, **asdict(task), "variants": variants,
-            "preset_is_defaults": bench_rows.preset_is_defaults(name)}
+    return {"task": name, **asdict(task), "variants": variants}
