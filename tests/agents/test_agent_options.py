@@ -679,6 +679,36 @@ def test_targets_move_by_exactly_tau(agent_name):
             assert torch.equal(p, online[n]), n
 
 
+@pytest.mark.parametrize("kind", ["discrete", "continuous_one_gamma"])
+def test_update_targets_folds_popart_into_both_critics_and_keeps_their_values(kind):
+    """After an update whose targets moved PopArt's statistics, update_targets moves its scale and shift into the
+    online and target critics' output layers: the same values as a twin that keeps them apart, w = 1, b = 0."""
+    space_kind = "discrete" if kind == "discrete" else "continuous"
+    extra = {} if kind == "discrete" else {"use_multigamma": False}
+    torch.manual_seed(0)
+    folded = make_agent(Agent, space_kind, tau=0.3, popart_fold=True, **extra)
+    apart = copy.deepcopy(folded)
+    apart.popart_fold = False
+    batch = random_batch(ACTION_SPACES[space_kind], obs_space())
+    batch = type(batch)(**(vars(batch) | {"rews": batch.rews * 50.0 + 20.0}))  # far from PopArt's start
+    for agent in (folded, apart):
+        run(agent, batch)
+        with torch.no_grad():
+            for p in agent.trainable_parameters():
+                p.sub_(1e-2 * p.grad) if p.grad is not None else None
+        agent.update_targets()
+    assert not torch.allclose(apart.popart.w, torch.ones_like(apart.popart.w))  # there was something to fold
+    assert torch.equal(folded.popart.w, torch.ones_like(folded.popart.w))
+    assert torch.equal(folded.popart.b, torch.zeros_like(folded.popart.b))
+    s = torch.randn(2, 3, folded.traj_encoder.emb_dim)
+    a = torch.rand(1, 2, 3, folded.num_gammas, folded.action_dim) * 2 - 1
+    for name in ("critics", "target_critics"):
+        def values(agent):
+            c = getattr(agent, name)
+            return agent.popart.denormalize(c(s) if agent.discrete else c(s, a)[0])
+        torch.testing.assert_close(values(folded), values(apart), rtol=1e-5, atol=1e-4)
+
+
 # --- acting ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sample", [True, False])
 @pytest.mark.parametrize("kind", KINDS)

@@ -61,6 +61,20 @@ def test_the_defaults_variant_keeps_the_rows_env_and_budget_and_nothing_else():
     assert "env.horizon=64" not in bench_rows.run_overrides(t, bench_rows.DEFAULTS)
 
 
+def test_a_key_added_at_its_old_behaviour_leaves_the_fingerprint_of_earlier_runs_alone():
+    """A setting added later, at the value that behaves as before, is not part of a run's settings (runs made
+    before it existed stay current); at another value it is, and the fingerprint tells the runs apart."""
+    t = bench_rows.task("tmaze_h50")
+    for key, old in bench_rows.ADDED_AT_OLD_BEHAVIOUR.items():
+        new = "true" if old is False else "false" if old is True else None
+        assert new is not None, f"{key}: the test knows how to flip booleans only"
+        at_old = bench_rows.settings(t, "memory", extra=[f"{key}={str(old).lower()}"])
+        at_new = bench_rows.settings(t, "memory", extra=[f"{key}={new}"])
+        assert key not in at_old and key in at_new
+        assert {k: v for k, v in at_new.items() if k != key} == at_old
+        assert bench_rows.digest(at_old) != bench_rows.digest(at_new)
+
+
 def test_a_typo_in_a_bench_block_fails_at_compose_time(tmp_path):
     r = subprocess.run([sys.executable, "-m", "amago_app.cli.bench", "--export-settings", "--tasks", "cartpole",
                         "--override", "bench.treshold=1"], capture_output=True, text=True, timeout=120,

@@ -122,6 +122,7 @@ class Agent(BaseAgent):
         num_actions_for_value_in_actor_loss: int = 1,
         fbc_filter_func: Callable[[torch.Tensor], torch.Tensor] | None = None,
         popart: bool = True,
+        popart_fold: bool = False,
         use_target_actor: bool = True,
         n_step: int = 3,
         n_step_traces: str = "tree_backup",
@@ -168,6 +169,7 @@ class Agent(BaseAgent):
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.popart = PopArt(self.num_gammas, enabled=popart)
+        self.popart_fold = popart_fold
 
         if online_coeff > 0 and not self._policy_is_differentiable():
             if offline_coeff == 0:
@@ -241,7 +243,11 @@ class Agent(BaseAgent):
 
     @torch.no_grad()
     def update_targets(self) -> None:
-        """Polyak-average the target heads toward the online ones (call after each optimizer step)."""
+        """Polyak-average the target heads toward the online ones (call after each optimizer step). First PopArt's
+        scale and shift move into both critics' output layers, so the average mixes critics of the same
+        normalization and the critic's trained layer carries the rescaling (`PopArt.fold_into`)."""
+        if self.popart_fold:
+            self.popart.fold_into(self.critics, self.target_critics)
         for target, online in ((self.target_actor, self.actor), (self.target_critics, self.critics)):
             t_params = list(target.parameters())
             torch._foreach_lerp_(t_params, [p.detach() for p in online.parameters()], self.tau)

@@ -65,6 +65,13 @@ NOT_LEARNING = (
     "env.return_range", "agent.critic.auto_room", "agent.critic.auto_per_gamma",
 )
 
+#: Keys added to the config after runs on disk were made, each with the value that behaves as those runs did. A
+#: key at that value is left out of a run's settings, so adding a setting does not make every earlier run stale;
+#: at any other value it counts like every other key.
+ADDED_AT_OLD_BEHAVIOUR = {
+    "agent.popart_fold": False,
+}
+
 
 def row_names() -> list[str]:
     """Every row: the presets under conf/experiment/bench/."""
@@ -170,7 +177,8 @@ def settings(t: Task, variant: str, scale: float = 1.0, extra: list[str] = ()) -
     from amago_app.trainer.run import flat_config
 
     flat = flat_config(compose(run_overrides(t, variant, scale, extra)))
-    return {k: v for k, v in flat.items() if not k.startswith(NOT_LEARNING)}
+    return {k: v for k, v in flat.items() if not k.startswith(NOT_LEARNING)
+            and not (k in ADDED_AT_OLD_BEHAVIOUR and v == ADDED_AT_OLD_BEHAVIOUR[k])}
 
 
 def digest(learning_settings: dict) -> str:

@@ -382,6 +382,12 @@ class AgentConfig:
     fbc_filter_func: Any = None
     """Advantage filter of the BC term, chosen with agent/fbc_filter_func=binary (default) | exp | leaky_relu."""
     popart: bool = True
+    popart_fold: bool = False
+    """Move PopArt's output scale and shift into the critics' output layer after every optimizer step, so the layer
+    that is trained carries them (PopArt as published). false keeps them apart and untrained (the original AMAGO's
+    rule): as the returns' spread grows the scale shrinks and the critics' steps with it. Not the default: level on
+    the generalization suite's tuning half (docs/generalization.md). Critics whose discounts share one output
+    (continuous actions with several discounts) keep them apart either way."""
     use_target_actor: bool = True
     n_step: int = 3
     """Steps of the data a target looks ahead before it bootstraps (the original AMAGO's: 1)."""

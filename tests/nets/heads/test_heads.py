@@ -431,6 +431,44 @@ def test_popart_disabled_is_identity():
     assert torch.equal(pop(x), x) and torch.equal(pop.denormalize(x), x) and torch.equal(pop.normalize_values(x), x)
 
 
+@pytest.mark.parametrize("discrete, gammas", [(True, [0.5, 0.9, 0.999]), (False, [0.99])])
+def test_popart_fold_moves_scale_and_shift_into_the_output_layer_and_keeps_the_values(discrete, gammas):
+    torch.manual_seed(0)
+    gammas = torch.tensor(gammas)
+    G = len(gammas)
+    critics = [NCritics(6, 3, discrete, gammas, num_critics=2, d_hidden=8) for _ in range(2)]
+    pop = PopArt(G)
+    pop.w.copy_(torch.linspace(0.1, 3.0, G).view(G, 1))  # what a run's statistics leave behind
+    pop.b.copy_(torch.linspace(-2.0, 5.0, G).view(G, 1))
+    s = torch.randn(4, 5, 6)
+    a = torch.rand(1, 4, 5, G, 3) * 2 - 1
+
+    def values(c):
+        return pop.denormalize(c(s) if discrete else c(s, a)[0])
+
+    before = [values(c) for c in critics]
+    weight_before = critics[0].out.weight.clone()
+    assert pop.fold_into(*critics)
+    assert torch.equal(pop.w, torch.ones(G, 1)) and torch.equal(pop.b, torch.zeros(G, 1))
+    for c, v in zip(critics, before):
+        torch.testing.assert_close(values(c), v, rtol=1e-5, atol=1e-5)
+    # the scale sits in the trained layer now: discount g's output weights are w_g times what they were
+    n = 3 if discrete else 1
+    torch.testing.assert_close(critics[0].out.weight.view(2, 8, G, n),
+                               weight_before.view(2, 8, G, n) * torch.linspace(0.1, 3.0, G).view(1, 1, G, 1))
+
+
+def test_popart_fold_leaves_critics_whose_discounts_share_an_output_alone():
+    shared = NCritics(6, 3, False, torch.tensor([0.9, 0.99]), num_critics=2, d_hidden=8)
+    pop = PopArt(2)
+    pop.w.fill_(0.5)
+    weight = shared.out.weight.clone()
+    assert not pop.fold_into(shared) and torch.equal(pop.w, torch.full((2, 1), 0.5))
+    assert torch.equal(shared.out.weight, weight)
+    with pytest.raises(ValueError, match="share the output"):
+        shared.absorb_output_affine(pop.w, pop.b)
+
+
 # --- critic ensembles ------------------------------------------------------------------------------------
 GAMMAS = torch.tensor([0.5, 0.9, 0.999])
 

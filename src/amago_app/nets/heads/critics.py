@@ -264,6 +264,23 @@ class NCritics(_CriticEnsemble):
             return q.view(self.num_critics, b, l, self.num_gammas, self.action_dim).permute(1, 2, 0, 3, 4)
         return self._action_forward(state, actions, detach_params)
 
+    @property
+    def absorbs_output_affine(self) -> bool:
+        """Whether each discount has output units of its own (discrete actions: one per action and discount), or a
+        single discount shares the one output; then a per-discount scale and shift can move into the output layer."""
+        return self.discrete or self.num_gammas == 1
+
+    @torch.no_grad()
+    def absorb_output_affine(self, w: torch.Tensor, b: torch.Tensor) -> None:
+        """Rescale the output layer so that its new output equals w * old output + b, per discount: w, b (G, 1)."""
+        if not self.absorbs_output_affine:
+            raise ValueError(f"{type(self).__name__}: the discounts share the output unit; no per-discount affine")
+        n = self.action_dim if self.discrete else 1
+        weight = self.out.weight.view(self.num_critics, -1, self.num_gammas, n)  # (C, H, G, n)
+        bias = self.out.bias.view(self.num_critics, 1, self.num_gammas, n)
+        weight.mul_(w.to(weight.dtype).view(1, 1, -1, 1))
+        bias.mul_(w.to(bias.dtype).view(1, 1, -1, 1)).add_(b.to(bias.dtype).view(1, 1, -1, 1))
+
     @staticmethod
     def value_of(q_all: torch.Tensor, action_vec: torch.Tensor) -> torch.Tensor:
         """Discrete: Q(s, .) (B, L, C, G, n) . action vectors (B, L, G, n) -> (B, L, C, G, 1)."""
