@@ -25,11 +25,18 @@ from amago_app.rundir import atomic_write_bytes
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-def _original_settings(run_dir: Path) -> dict | None:
+def _original_record(run_dir: Path) -> dict:
+    """What compare_original.py wrote beside an original run (its checkout's commit, the settings it was given);
+    empty where the file is missing or unreadable."""
     try:
-        return json.loads((run_dir / "original.json").read_text()).get("settings")
-    except (OSError, ValueError, AttributeError):
-        return None
+        record = json.loads((run_dir / "original.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _original_settings(run_dir: Path) -> dict | None:
+    return _original_record(run_dir).get("settings")
 
 
 #: the original's precision is its own: on some rows its first bf16 update fails torch's argument check, so it runs
@@ -123,13 +130,9 @@ def _bench_command(name: str, seeds: list[int], scale: float, extra: list[str], 
 
 def _original_command(name: str, run_dirs: list[Path], seeds: list[int], scale: float, extra: list[str]) -> str:
     commits, given = set(), []  # the checkouts, and the settings each run was given
-    for d in run_dirs:
-        try:
-            record = json.loads((d / "original.json").read_text())
-            commits.add(record.get("commit"))
-            given.append(record.get("settings") or {})
-        except (OSError, ValueError, AttributeError):
-            given.append({})
+    for record in map(_original_record, run_dirs):
+        commits.add(record.get("commit"))
+        given.append(record.get("settings") or {})
     commit = ", ".join(sorted(c[:12] for c in commits if c)) or "commit not recorded"
     parts = ["python scripts/compare_original.py", f"--amago <checkout of UT-Austin-RPL/amago at {commit}>",
              "--rows", name, "--seeds", ",".join(map(str, seeds))]
