@@ -278,8 +278,9 @@ class NCritics(_CriticEnsemble):
         n = self.action_dim if self.discrete else 1
         weight = self.out.weight.view(self.num_critics, -1, self.num_gammas, n)  # (C, H, G, n)
         bias = self.out.bias.view(self.num_critics, 1, self.num_gammas, n)
-        weight.mul_(w.to(weight.dtype).view(1, 1, -1, 1))
-        bias.mul_(w.to(bias.dtype).view(1, 1, -1, 1)).add_(b.to(bias.dtype).view(1, 1, -1, 1))
+        scale, shift = w.to(weight.dtype).view(1, 1, -1, 1), b.to(bias.dtype).view(1, 1, -1, 1)
+        weight.mul_(scale)
+        bias.mul_(scale).add_(shift)
 
     @staticmethod
     def value_of(q_all: torch.Tensor, action_vec: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,8 @@ Outputs are preserved exactly when the statistics move (w, b are rescaled), so t
 chase the target scale. Statistics are averaged over all processes under DDP, keeping ranks identical.
 
 w and b are a per-discount scale and shift after the critic's output. Left there, they are never trained: as the
-returns' spread grows w shrinks (to 0.12 over a 4,000-update CartPole-v1 run), and every step the critic takes
-moves its normalized prediction that much less; where the spread falls w grows and amplifies the critic's noise.
+returns' spread grows w shrinks, and every step the critic takes moves its normalized prediction that much less;
+where the spread falls w grows and amplifies the critic's noise.
 `fold_into` moves them into the critics' output layer after each optimizer step, as PopArt was published (the
 output layer is both trained and rescaled), and resets them to 1 and 0.
 """
