@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -66,6 +67,7 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
 
     r = _bench("--report-only", "--out", str(out), "--results-page", str(page), *TINY)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "run records: 4 copied" in r.stdout  # preset, defaults and the original's two seeds at these settings
     text = page.read_text()
     assert text.startswith(PROSE_ABOVE) and text.endswith(PROSE_BELOW)  # nothing outside the markers changed
     generated = _region(page)
@@ -106,6 +108,45 @@ def test_report_only_writes_the_results_page_from_the_runs_on_disk(tmp_path):
     line = next(x for x in _region(page).splitlines() if x.startswith("| [cartpole]"))
     assert "not run (at these settings; 1 run(s) at other settings left out)" in line and "curves" not in line
     assert page.read_text().endswith(PROSE_BELOW)
+
+    # the page comes from the records beside it (bench/runs: what scoring reads, kept in the repository), not from
+    # the run directories: without them the same command writes the same table
+    records = page.parent / "bench" / "runs" / "cartpole"
+    seed0 = records / "memory" / "seed0"
+    assert sorted(str(p.relative_to(seed0)) for p in seed0.rglob("*") if p.is_file()) == [
+        "bench_done.json", "config.resolved.yaml", "metrics/val-sampled.jsonl", "metrics/val.jsonl"]
+    assert sorted(p.name for p in (records / "original").iterdir()) == ["seed0", "seed1"]  # seed 2: other settings
+    shutil.rmtree(out)
+    r = _bench("--report-only", "--out", str(out), "--results-page", str(page), *TINY)
+    assert r.returncode == 0 and "run records: 0 copied" in r.stdout, r.stderr[-2000:]
+    assert _region(page) == generated
+
+
+def test_a_record_holds_copies_of_the_scoring_files_and_nothing_else(tmp_path):
+    from amago_app.cli.bench_records import save
+
+    run = tmp_path / "bench" / "runs" / "cartpole" / "memory" / "seed0"
+    (run / "metrics").mkdir(parents=True)
+    (run / "ckpts").mkdir()
+    (run / "ckpts" / "latest.pt").write_bytes(b"weights")
+    for name in ("bench_done.json", "config.resolved.yaml", "config.yaml", "metrics/val.jsonl",
+                 "metrics/val-sampled.jsonl", "metrics/train.jsonl", "train.log"):
+        (run / name).write_text(name)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the run's")
+    (run / "original.json").symlink_to(secret)  # a link in a run directory is not copied, nor what it points at
+    records = tmp_path / "docs" / "bench"
+    assert save(tmp_path / "bench", records, ["cartpole", "pendulum"], lambda name: lambda variant, d: True) == 1
+    kept = records / "runs" / "cartpole" / "memory" / "seed0"
+    files = sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file())
+    assert files == ["bench_done.json", "config.resolved.yaml", "metrics/val-sampled.jsonl", "metrics/val.jsonl"]
+    assert all((kept / f).read_text() == f and not (kept / f).is_symlink() for f in files)
+    # a newer run of the same seed replaces the record whole; a run the filter refuses is not copied
+    (run / "metrics" / "val-sampled.jsonl").unlink()
+    assert save(tmp_path / "bench", records, ["cartpole"], lambda name: lambda variant, d: True) == 1
+    assert not (kept / "metrics" / "val-sampled.jsonl").exists()
+    assert save(tmp_path / "bench", records, ["cartpole"], lambda name: lambda variant, d: False) == 0
+    assert kept.is_dir() and [p.name for p in kept.parent.iterdir()] == ["seed0"]  # nothing staged left behind
 
 
 def test_a_missing_page_is_created_with_the_markers(tmp_path):

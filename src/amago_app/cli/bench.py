@@ -30,12 +30,15 @@ SIGTERM (they stop within seconds), no further run starts, and `amago-bench` exi
 this a scheduler's or a user's `kill` would leave the runs going on their own, writing into directories that the
 next invocation replaces.
 
-`--report-only` also rewrites the generated part of the results page (`--results-page`, default
-docs/results.md) from the finished runs at the rows' current settings (cli/bench_page.py), and
+`--report-only` also copies the records of the finished runs at the rows' current settings into `--records`
+(default docs/bench, beside the page: runs/<row>/... there hold the files scoring reads, kept in the repository;
+cli/bench_records.py) and rewrites the generated part of the results page (`--results-page`, default
+docs/results.md) from those records (cli/bench_page.py), so the page is regenerated in any clone.
 `--export-settings` prints the rows' composed settings as JSON for scripts/compare_original.py.
 
 The work is split: cli/bench_rows.py (the rows), cli/bench_run.py (running and supervising the runs),
-cli/bench_score.py (scoring them), cli/bench_report.py and cli/bench_page.py (the reports).
+cli/bench_score.py (scoring them), cli/bench_report.py, cli/bench_records.py and cli/bench_page.py (the
+reports).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from amago_app.cli import bench_page, bench_rows, bench_run
+from amago_app.cli import bench_page, bench_records, bench_rows, bench_run
 from amago_app.cli.bench_report import write_results
 from amago_app.cli.errors import report_user_errors
 
@@ -61,7 +64,8 @@ examples:
   amago-bench --tasks tmaze_h50,pendulum --seeds 0,1,2 --out bench/today
   amago-bench --tasks cartpole --budget-scale 0.1 --seeds 0     # a smoke test of the machinery
   amago-bench --tasks tmaze_h50 --defaults      # the row's preset and the row at the defaults, side by side
-  amago-bench --report-only                     # the tables, curves and docs/results.md from the runs in ./bench
+  amago-bench --report-only                     # the tables and curves of ./bench; its records into
+                                                # docs/bench/runs, and docs/results.md from those
   amago-bench --export-settings --tasks cartpole  # the row's composed settings, JSON"""
 
 
@@ -88,6 +92,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results-page", default="docs/results.md", metavar="PATH",
                    help="with --report-only: the page whose text between <!-- results:begin --> and "
                         "<!-- results:end --> is rewritten, its curves in bench/ beside it (default: docs/results.md)")
+    p.add_argument("--records", default=None, metavar="DIR",
+                   help="with --report-only: the finished runs' records are copied into DIR/runs and the page is "
+                        "written from them (default: bench/ beside --results-page, i.e. docs/bench, kept in the "
+                        "repository)")
     p.add_argument("--export-settings", action="store_true",
                    help="print the composed settings of the --tasks rows (at --budget-scale, with --override) as "
                         "JSON and exit (with --suite: each task's env and budget); scripts/compare_original.py "
@@ -165,9 +173,13 @@ def _run(args, names: list[str], seeds: list[int], baseline_seeds: list[int] | N
     print((out / "results.md").read_text(), end="")
     print(f"results: {out}/results.md, {out}/results.json, {out}/<row>.json and <row>.png")
     if args.report_only:
-        page = Path(args.results_page)
+        page, rows = Path(args.results_page), bench_rows.row_names()
+        records = Path(args.records) if args.records else page.parent / "bench"
+        copied = bench_records.save(out, records, rows, lambda name: bench_page.current_settings_filter(
+            name, args.budget_scale, args.override))
+        print(f"run records: {copied} copied from {out} into {records}")
         # every row, whatever --tasks says: the page has one line per row
-        text = bench_page.region(bench_rows.row_names(), out, page, args.budget_scale, args.override)
+        text = bench_page.region(rows, records, page, args.budget_scale, args.override)
         bench_page.write_page(page, text)
         print(f"results page: {page} (the text between {bench_page.BEGIN} and {bench_page.END})")
     return bench_run.failed_runs(len(failed), len(jobs))
