@@ -99,3 +99,18 @@ def test_the_page_states_each_presets_threshold_and_budget(row):
     opening = _section(md, row).strip().split("\n\n")[0]
     assert f"{updates:,} updates" in opening, \
         f"{row}: the section's first paragraph does not state the preset's budget of {updates:,} updates"
+
+
+def test_the_table_is_what_the_run_records_give(tmp_path, monkeypatch):
+    """The generated region is `amago-bench --report-only`'s output from the records kept under docs/bench/runs at
+    the rows' current settings: a preset, a threshold or a budget changed without the row being run again (its
+    records then left out as runs at other settings), or a record edited, a figure written by hand, fails here."""
+    from amago_app.cli import bench_page, bench_rows
+
+    monkeypatch.chdir(ROOT)  # the region names the records' folder as the command is run: from the repository root
+    md = RESULTS.read_text()
+    committed = md[md.index(BEGIN):md.index(END) + len(END)]
+    regenerated = bench_page.region(bench_rows.row_names(), Path("docs/bench"), tmp_path / "results.md")
+    assert regenerated == committed, ("docs/results.md's table is not what the run records give: regenerate it "
+                                      "with `amago-bench --report-only` (after running the rows whose settings "
+                                      "changed)")

@@ -43,7 +43,8 @@ def save(out: Path, records: Path, names: list[str],
          keep_for: Callable[[str], Callable[[str, Path], bool]]) -> int:
     """Copy the record of every run under out/runs/<row>/<variant>/seed<k> of the rows `names` that
     `keep_for(row)(variant, run_dir)` keeps (finished, at the row's current settings) to the same place under
-    `records` (records/runs/<row>/...), replacing an earlier record of that row, variant and seed whole. Returns the number copied."""
+    `records` (records/runs/<row>/...), replacing an earlier record of that row, variant and seed whole. Returns
+    the number copied."""
     if out.resolve() == records.resolve():
         return 0
     copied = 0
