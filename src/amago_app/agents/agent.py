@@ -94,6 +94,23 @@ class CriticTerms:
     """Extra metrics of log steps."""
 
 
+def _check_hyperparameters(num_critics: int, num_critics_td: int, online_coeff: float, offline_coeff: float,
+                           n_step: int, n_step_traces: str, tau: float, k_critic: int, k_actor: int) -> None:
+    """One line naming the value and the valid range, raised before any network is built."""
+    if not 1 <= num_critics_td <= num_critics:
+        raise ValueError(f"need 1 <= num_critics_td ({num_critics_td}) <= num_critics ({num_critics})")
+    if online_coeff < 0 or offline_coeff < 0 or (online_coeff == 0 and offline_coeff == 0):
+        raise ValueError(f"online_coeff={online_coeff} / offline_coeff={offline_coeff}: need >= 0, not both 0")
+    if n_step < 1:
+        raise ValueError(f"n_step must be >= 1, got {n_step}")
+    if n_step_traces not in N_STEP_TRACES:
+        raise ValueError(f"n_step_traces={n_step_traces!r}: choose one of {', '.join(N_STEP_TRACES)}")
+    if not 0.0 < tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {tau}")
+    if k_critic < 1 or k_actor < 1:
+        raise ValueError("num_actions_for_value_in_critic_loss / _actor_loss must be >= 1")
+
+
 class Agent(BaseAgent):
     default_critic: Callable[..., nn.Module] = NCritics
 
@@ -130,21 +147,10 @@ class Agent(BaseAgent):
     ):
         super().__init__()
         self.action_kind, self.action_dim = action_kind_of(action_space)
-        if not 1 <= num_critics_td <= num_critics:
-            raise ValueError(f"need 1 <= num_critics_td ({num_critics_td}) <= num_critics ({num_critics})")
-        if online_coeff < 0 or offline_coeff < 0 or (online_coeff == 0 and offline_coeff == 0):
-            raise ValueError(f"online_coeff={online_coeff} / offline_coeff={offline_coeff}: need >= 0, not both 0")
-        if n_step < 1:
-            raise ValueError(f"n_step must be >= 1, got {n_step}")
-        if n_step_traces not in N_STEP_TRACES:
-            raise ValueError(f"n_step_traces={n_step_traces!r}: choose one of {', '.join(N_STEP_TRACES)}")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {tau}")
-        if num_actions_for_value_in_critic_loss < 1 or num_actions_for_value_in_actor_loss < 1:
-            raise ValueError("num_actions_for_value_in_critic_loss / _actor_loss must be >= 1")
+        _check_hyperparameters(num_critics, num_critics_td, online_coeff, offline_coeff, n_step, n_step_traces, tau,
+                               num_actions_for_value_in_critic_loss, num_actions_for_value_in_actor_loss)
         use_multigamma, self.gamma_rule = resolve_multigamma(use_multigamma, self.action_kind)
-        gammas = list(multigammas or []) if use_multigamma else []
-        gammas.append(gamma)
+        gammas = [*((multigammas or []) if use_multigamma else []), gamma]  # the run's own discount is the last
         if any(not 0.0 <= g < 1.0 for g in gammas):
             raise ValueError(f"discount factors must be in [0, 1), got {gammas}")
         self.register_buffer("gammas", torch.tensor(gammas, dtype=torch.float32), persistent=False)
@@ -152,10 +158,9 @@ class Agent(BaseAgent):
         self.max_seq_len = max_seq_len
         self.discrete = self.action_kind == "discrete"
         self.pass_obs_keys_to_actor = list(pass_obs_keys_to_actor or [])
-        obs_keys = set(getattr(obs_space, "spaces", {}) or {})
-        missing = [k for k in self.pass_obs_keys_to_actor if k not in obs_keys]
-        if missing:
-            raise ValueError(f"pass_obs_keys_to_actor: {missing} not among the observation keys {sorted(obs_keys)}")
+        if missing := sorted(set(self.pass_obs_keys_to_actor) - set(getattr(obs_space, "spaces", {}) or {})):
+            raise ValueError(f"pass_obs_keys_to_actor: {missing} not among the observation keys "
+                             f"{sorted(getattr(obs_space, 'spaces', {}) or {})}")
 
         self.tstep_encoder = tstep_encoder(obs_space=obs_space, rl2_dim=rl2_dim)
         self.traj_encoder = traj_encoder(tstep_dim=self.tstep_encoder.emb_dim, max_seq_len=max_seq_len)
@@ -185,21 +190,22 @@ class Agent(BaseAgent):
         self.reward_multiplier, self.tau = reward_multiplier, tau
         self.fake_filter = fake_filter
         self.fbc_filter = fbc_filter_func or binary_filter
-        self.use_target_actor, self.n_step = use_target_actor, n_step
-        # Tree backup weighs a later step by the policy's probability of the data's action there; where that
-        # probability or the other actions' values are not known exactly (continuous or multibinary actions,
-        # sample-valued critics) its trace is cut at once, which is the 1-step target. The start-up line says which
-        # rule a run got.
-        wants_tree = n_step > 1 and n_step_traces == "tree_backup"
-        self.tree_backup = wants_tree and self._has_q_table()
-        if wants_tree and not self.tree_backup:
-            self.n_step = 1
-            self.target_rule = (f"1-step targets (tree backup needs every action's value: discrete actions, "
-                                f"per-action critic; agent.n_step_traces=uncorrected sums {n_step} rewards)")
-        else:
-            self.target_rule = f"{n_step}-step{' tree-backup' if self.tree_backup else ''} targets"
+        self.use_target_actor = use_target_actor
+        self.n_step, self.tree_backup, self.target_rule = self._target_rule(n_step, n_step_traces)
         self.k_critic, self.k_actor = self._num_action_samples(num_actions_for_value_in_critic_loss,
                                                                num_actions_for_value_in_actor_loss)
+
+    def _target_rule(self, n_step: int, n_step_traces: str) -> tuple[int, bool, str]:
+        """(n_step, tree_backup, the start-up line's words). Tree backup weighs a later step by the policy's
+        probability of the data's action there; where that probability or the other actions' values are not known
+        exactly (continuous or multibinary actions, sample-valued critics) its trace is cut at once, which is the
+        1-step target."""
+        wants_tree = n_step > 1 and n_step_traces == "tree_backup"
+        tree_backup = wants_tree and self._has_q_table()
+        if wants_tree and not tree_backup:
+            return 1, False, (f"1-step targets (tree backup needs every action's value: discrete actions, per-action "
+                              f"critic; agent.n_step_traces=uncorrected sums {n_step} rewards)")
+        return n_step, tree_backup, f"{n_step}-step{' tree-backup' if tree_backup else ''} targets"
 
     # --- construction hooks (MultiTaskAgent overrides) ------------------------------------------------
     def _prepare_actor(self, actor: nn.Module) -> None:
