@@ -157,3 +157,13 @@ def test_a_missing_page_is_created_with_the_markers(tmp_path):
     text = page.read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     assert "| [pendulum](#pendulum) | `Average Total Return in *` >= -250 | not run |" in text
+
+
+def test_the_reproduce_command_runs_what_the_page_shows():
+    """The page shows no memory-free baseline, so a row that has one is reproduced without it."""
+    from amago_app.cli.bench_page import _bench_command
+
+    assert (_bench_command("tmaze_h50", [0, 1, 2], 1.0, [])
+            == "amago-bench --tasks tmaze_h50 --seeds 0,1,2 --baseline-seeds none")
+    assert (_bench_command("cartpole", [0], 1.0, [], defaults=True)
+            == "amago-bench --tasks cartpole --seeds 0 --defaults")

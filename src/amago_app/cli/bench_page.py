@@ -120,6 +120,8 @@ def _figures(v: dict) -> dict | None:
 
 def _bench_command(name: str, seeds: list[int], scale: float, extra: list[str], defaults: bool = False) -> str:
     parts = ["amago-bench", "--tasks", name, "--seeds", ",".join(map(str, seeds))]
+    if bench_rows.task(name).baseline:  # the page shows no memory-free baseline: the command runs none
+        parts += ["--baseline-seeds", "none"]
     parts += ["--defaults"] if defaults else []
     if scale != 1.0:
         parts += ["--budget-scale", f"{scale:g}"]
