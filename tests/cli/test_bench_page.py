@@ -167,3 +167,27 @@ def test_the_reproduce_command_runs_what_the_page_shows():
             == "amago-bench --tasks tmaze_h50 --seeds 0,1,2 --baseline-seeds none")
     assert (_bench_command("cartpole", [0], 1.0, [], defaults=True)
             == "amago-bench --tasks cartpole --seeds 0 --defaults")
+
+
+def test_a_record_of_the_originals_run_names_its_checkout_by_commit_not_by_path(tmp_path):
+    from amago_app.cli.bench_records import CHECKOUT, save
+
+    checkout = str(tmp_path / "somewhere" / "amago")
+    run = tmp_path / "bench" / "runs" / "tmaze_h50" / "original" / "seed0"
+    (run / "metrics").mkdir(parents=True)
+    (run / "metrics" / "val.jsonl").write_text("{}\n")
+    (run / "original.json").write_text(json.dumps({
+        "checkout": checkout, "commit": "2d85600c", "settings": {"agent.tau": 0.005},
+        "differences": [f"loaded from {checkout}/examples/04_tmaze.py"]}))
+    (run / "bench_done.json").write_text(json.dumps({"returncode": 0,
+                                                     "command": f"compare_original.py --amago {checkout}"}))
+    records = tmp_path / "docs" / "bench"
+    assert save(tmp_path / "bench", records, ["tmaze_h50"], lambda name: lambda variant, d: True) == 1
+    kept = records / "runs" / "tmaze_h50" / "original" / "seed0"
+    texts = {p.name: p.read_text() for p in kept.rglob("*") if p.is_file()}
+    assert all(str(tmp_path) not in t for t in texts.values()), texts
+    original = json.loads(texts["original.json"])
+    assert "checkout" not in original and original["commit"] == "2d85600c"
+    assert original["settings"] == {"agent.tau": 0.005}
+    assert original["differences"] == [f"loaded from {CHECKOUT}/examples/04_tmaze.py"]
+    assert json.loads(texts["bench_done.json"])["command"] == f"compare_original.py --amago {CHECKOUT}"

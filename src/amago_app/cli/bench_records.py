@@ -1,15 +1,16 @@
-"""The benchmark's run records, kept in the repository (docs/bench/runs/<row>/<variant>/seed<k>/, the layout
-of `amago-bench --out`): of each
-finished run made at its row's current settings, the files that scoring and the results page read and nothing
-else (the outcome with its CPU seconds and CPU model, the resolved config, the validation metrics, and for the
-original AMAGO's runs the settings and commit compare_original.py recorded): a few kilobytes a run, no
-checkpoints or buffers. The results page is written from the records, so one command regenerates it in any clone,
-whichever runs the machine at hand has made; `amago-bench --report-only` first copies the finished runs of `--out`
-into them.
+"""The benchmark's run records, kept in the repository (docs/bench/runs/<row>/<variant>/seed<k>/, the layout of
+`amago-bench --out`): of each finished run made at its row's current settings, the files that scoring and the
+results page read and nothing else (the outcome with its CPU seconds and CPU model, the resolved config, the
+validation metrics, and for the original AMAGO's runs the settings and commit compare_original.py recorded): a
+few kilobytes a run, no checkpoints or buffers, and no path of the machine that made them (the original's checkout
+is named by its commit). The results page is written from the records, so one command regenerates it in any
+clone, whichever runs the machine at hand has made; `amago-bench --report-only` first copies the finished runs of
+`--out` into them.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -39,6 +40,42 @@ def record_files(run_dir: Path) -> list[Path]:
     return names
 
 
+CHECKOUT = "<checkout of UT-Austin-RPL/amago>"
+
+
+def _without_local_paths(value, checkout: str):
+    """`value` (parsed JSON) with the checkout's path written as CHECKOUT wherever a string holds it."""
+    if isinstance(value, dict):
+        return {k: _without_local_paths(v, checkout) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_local_paths(v, checkout) for v in value]
+    return value.replace(checkout, CHECKOUT) if isinstance(value, str) and checkout else value
+
+
+def _copy(src: Path, dst: Path, checkout: str | None) -> None:
+    """A copy of a record file; of an original run's JSON files, without the checkout's path on that machine."""
+    if checkout and src.suffix == ".json":
+        try:
+            data = json.loads(src.read_text())
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict):
+            data.pop("checkout", None)
+            dst.write_text(json.dumps(_without_local_paths(data, checkout), indent=1))
+            return
+    shutil.copyfile(src, dst)
+
+
+def _checkout_path(run_dir: Path) -> str | None:
+    """Where the original's checkout was on the machine that ran it (original.json), None for amago_app's runs."""
+    try:
+        record = json.loads((run_dir / "original.json").read_text())
+    except (OSError, ValueError):
+        return None
+    path = record.get("checkout") if isinstance(record, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
 def save(out: Path, records: Path, names: list[str],
          keep_for: Callable[[str], Callable[[str, Path], bool]]) -> int:
     """Copy the record of every run under out/runs/<row>/<variant>/seed<k> of the rows `names` that
@@ -61,9 +98,10 @@ def save(out: Path, records: Path, names: list[str],
             dest.parent.mkdir(parents=True, exist_ok=True)
             # built beside its place and moved in, so a record is never half of one run and half of another
             staged = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=dest.parent))
+            checkout = _checkout_path(run_dir) if _plain_file(run_dir / "original.json") else None
             for rel in record_files(run_dir):
                 (staged / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(run_dir / rel, staged / rel)
+                _copy(run_dir / rel, staged / rel, checkout)
             if dest.exists():
                 shutil.rmtree(dest)
             staged.rename(dest)
