@@ -158,9 +158,9 @@ class Agent(BaseAgent):
         self.max_seq_len = max_seq_len
         self.discrete = self.action_kind == "discrete"
         self.pass_obs_keys_to_actor = list(pass_obs_keys_to_actor or [])
-        if missing := sorted(set(self.pass_obs_keys_to_actor) - set(getattr(obs_space, "spaces", {}) or {})):
-            raise ValueError(f"pass_obs_keys_to_actor: {missing} not among the observation keys "
-                             f"{sorted(getattr(obs_space, 'spaces', {}) or {})}")
+        obs_keys = sorted(getattr(obs_space, "spaces", {}) or {})
+        if missing := sorted(set(self.pass_obs_keys_to_actor) - set(obs_keys)):
+            raise ValueError(f"pass_obs_keys_to_actor: {missing} not among the observation keys {obs_keys}")
 
         self.tstep_encoder = tstep_encoder(obs_space=obs_space, rl2_dim=rl2_dim)
         self.traj_encoder = traj_encoder(tstep_dim=self.tstep_encoder.emb_dim, max_seq_len=max_seq_len)

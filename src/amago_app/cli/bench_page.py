@@ -11,32 +11,21 @@ reproduce every side. A row without such runs says "not run".
 
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 from pathlib import Path
 
 from amago_app.cli import bench_rows
 from amago_app.cli.bench_report import SAME_AS_PRESET, _fmt, plot_task, preset_share
-from amago_app.cli.bench_run import read_outcome
+from amago_app.cli.bench_run import read_original_record, read_outcome
 from amago_app.cli.bench_score import ORIGINAL_VARIANTS, task_result
 from amago_app.rundir import atomic_write_bytes
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-def _original_record(run_dir: Path) -> dict:
-    """What compare_original.py wrote beside an original run (its checkout's commit, the settings it was given);
-    empty where the file is missing or unreadable."""
-    try:
-        record = json.loads((run_dir / "original.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 def _original_settings(run_dir: Path) -> dict | None:
-    return _original_record(run_dir).get("settings")
+    return read_original_record(run_dir).get("settings")
 
 
 #: the original's precision is its own: on some rows its first bf16 update fails torch's argument check, so it runs
@@ -132,7 +121,7 @@ def _bench_command(name: str, seeds: list[int], scale: float, extra: list[str], 
 
 def _original_command(name: str, run_dirs: list[Path], seeds: list[int], scale: float, extra: list[str]) -> str:
     commits, given = set(), []  # the checkouts, and the settings each run was given
-    for record in map(_original_record, run_dirs):
+    for record in map(read_original_record, run_dirs):
         commits.add(record.get("commit"))
         given.append(record.get("settings") or {})
     commit = ", ".join(sorted(c[:12] for c in commits if c)) or "commit not recorded"

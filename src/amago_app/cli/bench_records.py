@@ -16,10 +16,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from amago_app.cli.bench_run import DONE_FILE
+from amago_app.cli.bench_run import DONE_FILE, ORIGINAL_FILE, read_original_record
 
 #: the files of a run directory that make its record; of the two configs the first present is kept
-RECORD_FILES = (DONE_FILE, "original.json", "cpu_seconds.sampled")
+RECORD_FILES = (DONE_FILE, ORIGINAL_FILE, "cpu_seconds.sampled")
 CONFIGS = ("config.resolved.yaml", "config.yaml")
 #: metrics/<section>.jsonl of the validation sections (`val`, and `val-greedy` / `val-sampled` with both modes)
 METRICS_GLOB = "val*.jsonl"
@@ -67,12 +67,10 @@ def _copy(src: Path, dst: Path, checkout: str | None) -> None:
 
 
 def _checkout_path(run_dir: Path) -> str | None:
-    """Where the original's checkout was on the machine that ran it (original.json), None for amago_app's runs."""
-    try:
-        record = json.loads((run_dir / "original.json").read_text())
-    except (OSError, ValueError):
+    """Where the original's checkout was on the machine that ran it, None for amago_app's runs."""
+    if not _plain_file(run_dir / ORIGINAL_FILE):
         return None
-    path = record.get("checkout") if isinstance(record, dict) else None
+    path = read_original_record(run_dir).get("checkout")
     return path if isinstance(path, str) and path else None
 
 
@@ -98,7 +96,7 @@ def save(out: Path, records: Path, names: list[str],
             dest.parent.mkdir(parents=True, exist_ok=True)
             # built beside its place and moved in, so a record is never half of one run and half of another
             staged = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=dest.parent))
-            checkout = _checkout_path(run_dir) if _plain_file(run_dir / "original.json") else None
+            checkout = _checkout_path(run_dir)
             for rel in record_files(run_dir):
                 (staged / rel).parent.mkdir(parents=True, exist_ok=True)
                 _copy(run_dir / rel, staged / rel, checkout)

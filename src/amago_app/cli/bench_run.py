@@ -90,6 +90,19 @@ def read_outcome(run_dir: Path) -> dict | None:
     return outcome
 
 
+#: what scripts/compare_original.py writes beside an original AMAGO run (its checkout, commit, the settings given)
+ORIGINAL_FILE = "original.json"
+
+
+def read_original_record(run_dir: Path) -> dict:
+    """The record compare_original.py wrote beside an original run; empty where it is missing or unreadable."""
+    try:
+        record = json.loads((run_dir / ORIGINAL_FILE).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 class StopMatrix:
     """The `amago-train` processes of this invocation, and whether a signal has stopped the matrix.
 
