@@ -248,6 +248,24 @@ def test_rows_without_the_originals_runs_keep_their_report(tmp_path):
     assert "preset|score" in {line.get_gid() for line in fig.axes[0].get_lines()}
 
 
+@pytest.mark.parametrize("damage, warned", [("{\"settings\": ", True), ("[1, 2]", True), ("[" * 100_000, True),
+                                            ("{\"settings\": [1]}", False)])
+def test_a_damaged_original_json_leaves_its_runs_mode_unknown(tmp_path, capsys, damage, warned):
+    """A cut-short, hostile or odd original.json beside an original run does not stop the report: the run's one
+    validation mode reads as unknown (with a warning naming a file that is not a JSON object), and the rest of
+    the row is reported."""
+    runs = tmp_path / "runs" / "tmaze_h50"
+    _fake_run(runs / "memory" / "seed0", {"val": [0, 1.0]}, False, False)
+    _fake_run(runs / "original-memoryfree" / "seed0", {"val": [0, 0.5]}, False, True)
+    (runs / "original-memoryfree" / "seed0" / "original.json").write_text(damage)
+    assert main(["--tasks", "tmaze_h50", "--seeds", "0", "--baseline-seeds", "none", "--report-only",
+                 "--out", str(tmp_path), "--results-page", str(tmp_path / "page.md")]) == 0
+    err = capsys.readouterr().err
+    assert ("original-memoryfree/seed0/original.json is not a readable JSON object" in err) == warned
+    assert json.loads((tmp_path / "tmaze_h50.json").read_text())["variants"]["original-memoryfree"]["val_mode"] is None
+    assert "| amago_app | greedy (val) | 0 | 1/1 |" in (tmp_path / "results.md").read_text()
+
+
 def test_the_defaults_are_measured_against_the_presets_gain_over_the_untrained_policy(tmp_path):
     """The defaults' share of a preset: speed where both reach the threshold, and the final value counted from
     the untrained policy's validation (a T-maze's coin flip at 0.5 is not something either setting learned)."""

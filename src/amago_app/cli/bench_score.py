@@ -4,7 +4,6 @@ and the figures over a row's seeds, for amago_app's runs and the original AMAGO'
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import asdict
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from amago_app.cli import bench_rows
 from amago_app.cli.bench_rows import Task
-from amago_app.cli.bench_run import read_outcome
+from amago_app.cli.bench_run import ORIGINAL_FILE, read_original_record, read_outcome
 from amago_app.rundir import RunDirError, read_yaml
 
 
@@ -53,9 +52,13 @@ def _configured_val_mode(run_dir: Path) -> str | None:
     """The action mode of a run's `val` section: trainer.sample_actions_val of its config (amago-train's
     config.yaml, or the settings compare_original.py recorded in original.json); None when unknown."""
     sample = None
-    if (run_dir / "original.json").is_file():
-        sample = json.loads((run_dir / "original.json").read_text()).get("settings", {}).get(
-            "trainer.sample_actions_val")
+    if (run_dir / ORIGINAL_FILE).is_file():
+        record = read_original_record(run_dir)
+        if not record:
+            print(f"amago-bench: warning: {run_dir / ORIGINAL_FILE} is not a readable JSON object; its run's "
+                  "validation mode is taken as unknown", file=sys.stderr)
+        settings = record.get("settings")
+        sample = settings.get("trainer.sample_actions_val") if isinstance(settings, dict) else None
     else:
         for name in ("config.resolved.yaml", "config.yaml"):
             if (run_dir / name).is_file():
