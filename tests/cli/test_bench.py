@@ -113,6 +113,19 @@ def test_a_tiny_run_is_measured_and_reported(tmp_path):
     # finished runs are not run again: a second invocation only rewrites the report
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "start" not in again.stdout
+    # ... unless they finished at other settings: then the earlier run is moved aside, whole, and the run made anew
+    seed0 = out / "runs" / "cartpole" / "memory" / "seed0"
+    earlier = json.loads((seed0 / "bench_done.json").read_text())
+    changed = [a.replace("train_batches_per_epoch=3", "train_batches_per_epoch=2") for a in cmd]
+    third = subprocess.run(changed, capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stderr[-2000:]
+    aside = seed0.with_name(f"seed0.settings-{earlier['settings_digest']}")
+    assert "moved  cartpole memory seed 0: it finished at other settings" in third.stdout and "start" in third.stdout
+    assert json.loads((aside / "bench_done.json").read_text()) == earlier and (aside / "metrics" / "val.jsonl").is_file()
+    assert aside.with_name(aside.name + ".log").is_file()  # its console output went with it
+    now = json.loads((seed0 / "bench_done.json").read_text())
+    assert now["settings_digest"] != earlier["settings_digest"] and "train_batches_per_epoch=2" in now["command"]
+    assert json.loads((out / "cartpole.json").read_text())["variants"]["memory"]["seeds"]["0"]["updates"] == 2 * 2
 
 
 def test_jobs_of_several_rows_keep_their_own_overrides(tmp_path):

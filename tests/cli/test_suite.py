@@ -111,6 +111,21 @@ def test_a_tiny_suite_run_trains_evaluates_the_final_policy_and_reports(tmp_path
     assert (out / "ImageMemory.png").stat().st_size > 1000
     again = _bench(*args)  # finished runs and evaluations are not run again
     assert again.returncode == 0 and "start" not in again.stdout, again.stdout
+    other = _bench(*args, "--override", "agent.tau=0.01")  # ... unless they finished at other settings
+    assert other.returncode == 0 and "moved  ImageMemory defaults seed 0: it finished at other settings" in other.stdout
+    assert "agent.tau=0.01" in json.loads((out / "runs/ImageMemory/defaults/seed0/bench_done.json").read_text())["command"]
+    assert len(list((out / "runs/ImageMemory/defaults").glob("seed0.settings-*/eval/final-greedy.json"))) == 1
+
+
+def test_suite_jobs_carry_their_settings_fingerprint(tmp_path):
+    """What lets a suite run made with another --override be told from a finished run of the same task and seed."""
+    from amago_app.cli import bench_run
+
+    task = _suite().TASKS["ImageMemory"]
+    plain, again, other = (_suite().jobs_for(bench_run, [task], [0, 1], tmp_path, extra)
+                           for extra in ([], [], ["agent.tau=0.01"]))
+    assert plain[0].settings_digest == plain[1].settings_digest == again[0].settings_digest
+    assert other[0].settings_digest not in (None, plain[0].settings_digest)
 
 
 def test_bad_suite_arguments_exit_with_one_line():

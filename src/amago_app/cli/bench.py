@@ -20,8 +20,10 @@ nothing else of it, the way a user's own env runs. The reports put it beside the
 preset's result it reaches (its median updates to the threshold against the defaults', or the final values).
 A row whose preset is its env and budget only (memory_chain) is the defaults already: it runs once.
 
-Runs that finished before (a `bench_done.json` in their directory) are not run again, so a matrix can be
-filled in over several invocations into the same `--out`; a run that did not finish is started again from
+Runs that finished before at the same settings (a `bench_done.json` in their directory with the same settings
+fingerprint) are not run again, so a matrix can be filled in over several invocations into the same `--out`; a
+run that finished at other settings (its preset or `--override` changed since) is moved aside to
+`seed<k>.settings-<fingerprint>` and run again; a run that did not finish is started again from
 scratch (its directory is replaced; an `amago-train` never writes into a directory holding another run). Each
 run's console output goes to `runs/<row>/<variant>/seed<k>.log`.
 

@@ -173,10 +173,15 @@ def run_overrides(t: Task, variant: str, scale: float = 1.0, extra: list[str] = 
 
 
 def settings(t: Task, variant: str, scale: float = 1.0, extra: list[str] = ()) -> dict:
-    """What one run of the row learns with: the composed config's keys (dotted) but NOT_LEARNING's."""
+    """What one run of the row learns with."""
+    return learning_settings(run_overrides(t, variant, scale, extra))
+
+
+def learning_settings(overrides: list[str]) -> dict:
+    """What a run of `amago-train <overrides>` learns with: the composed config's keys (dotted) but NOT_LEARNING's."""
     from amago_app.trainer.run import flat_config
 
-    flat = flat_config(compose(run_overrides(t, variant, scale, extra)))
+    flat = flat_config(compose(list(overrides)))
     return {k: v for k, v in flat.items() if not k.startswith(NOT_LEARNING)
             and not (k in ADDED_AT_OLD_BEHAVIOUR and v == ADDED_AT_OLD_BEHAVIOUR[k])}
 

@@ -154,7 +154,12 @@ def run_job(job: Job, stop: StopMatrix, log=print) -> dict:
     """One `amago-train` process (1 torch thread); its outcome goes to `<run_dir>/bench_done.json`."""
     outcome = read_outcome(job.run_dir)
     if outcome is not None:
-        return outcome
+        recorded = outcome.get("settings_digest")
+        if recorded is None or job.settings_digest is None or recorded == job.settings_digest:
+            return outcome
+        # finished at other settings (a preset or --override changed since): run again, the earlier run kept
+        aside = set_aside(job.run_dir, str(recorded))
+        log(f"moved  {job.task} {job.variant} seed {job.seed}: it finished at other settings; kept as {aside}")
     if stop.signal is not None:  # stopped while this job waited for a free slot: leave its directory as it is
         return {"returncode": None, "stopped": True}
     holder = lock_holder(job.run_dir) if job.run_dir.exists() else None
@@ -188,6 +193,21 @@ def run_job(job: Job, stop: StopMatrix, log=print) -> dict:
         atomic_write_bytes(job.run_dir / DONE_FILE, lambda f: f.write(text))
     log(f"finish {job.task} {job.variant} seed {job.seed}: exit {rc} after {outcome['process_seconds']:.0f} s")
     return outcome
+
+
+def set_aside(run_dir: Path, recorded_digest: str) -> Path:
+    """Move a finished run made at other settings (and its console log) out of the matrix's way, to
+    `seed<k>.settings-<its fingerprint>`: no longer a seed directory, so nothing scores it, and nothing is deleted."""
+    safe = "".join(c for c in recorded_digest if c.isalnum())[:16] or "unknown"
+    aside = run_dir.with_name(f"{run_dir.name}.settings-{safe}")
+    n = 1
+    while aside.exists() or log_file(aside).exists():
+        n += 1
+        aside = run_dir.with_name(f"{run_dir.name}.settings-{safe}-{n}")
+    run_dir.rename(aside)
+    if log_file(run_dir).exists():
+        log_file(run_dir).rename(log_file(aside))
+    return aside
 
 
 def failed_runs(failed: int, runs: int) -> int:

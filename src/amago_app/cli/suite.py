@@ -20,8 +20,8 @@ defaults do on tasks nothing was chosen on, so `--split` runs the tuning half un
                                 evaluation of each seed, greedy and sampled
     <out>/runs/<task>/defaults/seed<k>/   the run directories; the final evaluations in their eval/ folder
 
-The job runner, its supervision and its signal handling are amago-bench's (`cli/bench_run.py`): finished runs and
-evaluations are not run again, a signal stops every running process. `--override` is for smoke tests of the
+The job runner, its supervision and its signal handling are amago-bench's (`cli/bench_run.py`): finished runs (at the
+same settings) and evaluations are not run again, a signal stops every running process. `--override` is for smoke tests of the
 machinery; a table made with it says that it is not the suite's defaults.
 """
 
@@ -40,6 +40,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from amago_app.cli import bench_rows
 from amago_app.cli.bench_run import cpu_model
 
 SUITES = ("generalization",)
@@ -196,9 +197,11 @@ def run_final_eval(bench: ModuleType, job, task: SuiteTask, mode: str, stop, log
 
 
 def jobs_for(bench: ModuleType, tasks: list[SuiteTask], seeds: list[int], out: Path, extra: list[str]) -> list:
-    """Seed by seed over the tasks, so that a matrix stopped early has every task at its first seeds."""
+    """Seed by seed over the tasks, so that a matrix stopped early has every task at its first seeds. Each job
+    carries its settings' fingerprint: a run finished at other settings (another --override) is run again."""
+    fingerprints = {t.name: bench_rows.digest(bench_rows.learning_settings([*t.overrides, *extra])) for t in tasks}
     return [bench.Job(t.name, VARIANT, seed, out / "runs" / t.name / VARIANT / f"seed{seed}",
-                      [*t.overrides, *extra, f"seed={seed}"])
+                      [*t.overrides, *extra, f"seed={seed}"], fingerprints[t.name])
             for seed in seeds for t in tasks]
 
 
