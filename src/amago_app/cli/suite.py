@@ -20,9 +20,9 @@ defaults do on tasks nothing was chosen on, so `--split` runs the tuning half un
                                 evaluation of each seed, greedy and sampled
     <out>/runs/<task>/defaults/seed<k>/   the run directories; the final evaluations in their eval/ folder
 
-The job runner, its supervision and its signal handling are amago-bench's (`cli/bench_run.py`): finished runs (at the
-same settings) and evaluations are not run again, a signal stops every running process. `--override` is for smoke tests of the
-machinery; a table made with it says that it is not the suite's defaults.
+The job runner, its supervision and its signal handling are amago-bench's (`cli/bench_run.py`): finished runs (at
+the same settings) and evaluations are not run again, a signal stops every running process. `--override` is for
+smoke tests of the machinery; a table made with it says that it is not the suite's defaults.
 """
 
 from __future__ import annotations
