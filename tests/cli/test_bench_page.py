@@ -191,3 +191,19 @@ def test_a_record_of_the_originals_run_names_its_checkout_by_commit_not_by_path(
     assert original["settings"] == {"agent.tau": 0.005}
     assert original["differences"] == [f"loaded from {CHECKOUT}/examples/04_tmaze.py"]
     assert json.loads(texts["bench_done.json"])["command"] == f"compare_original.py --amago {CHECKOUT}"
+
+
+def test_where_the_preset_is_the_defaults_its_runs_stand_for_both(tmp_path):
+    """Runs of the `defaults` variant of a row whose preset is its env and budget only (made before the preset was
+    reduced) compose to the preset's settings but are not kept a second time: the page's row shows the preset's."""
+    from amago_app.cli.bench_page import current_settings_filter
+
+    assert bench_rows.preset_is_defaults("memory_chain")
+    t = bench_rows.task("memory_chain")
+    keep = current_settings_filter("memory_chain", 1.0, [])
+    for variant in ("memory", bench_rows.DEFAULTS):
+        run = tmp_path / variant / "seed0"
+        run.mkdir(parents=True)
+        digest = bench_rows.digest(bench_rows.settings(t, variant))
+        (run / "bench_done.json").write_text(json.dumps({"returncode": 0, "settings_digest": digest}))
+        assert keep(variant, run) == (variant == "memory"), variant

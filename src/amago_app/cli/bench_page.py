@@ -40,9 +40,10 @@ def _without_originals_own(settings: dict) -> dict:
 def current_settings_filter(name: str, scale: float, extra: list[str]):
     """keep(variant, run_dir): the run finished and was made at the row's settings as they compose now (the
     original's runs: the settings compare_original.py was given, against the amago_app variant they mirror, but
-    for its precision)."""
+    for its precision). Where the preset is the defaults, the preset's runs stand for both: `defaults` runs (made
+    before the preset was reduced to them) are not kept twice."""
     t = bench_rows.task(name)
-    known = bench_rows.variants(t, defaults=True)
+    known = bench_rows.variants(t, defaults=not bench_rows.preset_is_defaults(name))
 
     @lru_cache(maxsize=None)
     def composed(variant: str) -> dict | None:
