@@ -447,7 +447,7 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     if smoothing > 1:
         band_note += f", smoothed over {smoothing} points"
     # wrapped: a long title (a suite task beside the original, with its band) would run past the figure's edges
-    ax.set_title(textwrap.fill((title or spec.title) + band_note, 95), fontsize=10)
+    ax.set_title(textwrap.fill((title or spec.title) + band_note, 80), fontsize=10)
     ax.grid(alpha=0.3)
     if x in ("total_frames", "gradient_steps"):
         from matplotlib.ticker import EngFormatter
