@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 from amago_app.cli.bench_rows import DEFAULTS, preset_is_defaults
@@ -166,7 +165,6 @@ def task_figure(result: dict):
     if not groups:
         return None
     label = result["metric"] + (f" - {result['first_attempt_metric']}" if result["first_attempt_metric"] else "")
-    label = "\n".join(textwrap.wrap(label, 40))  # a difference of two metrics is longer than the axis
     spec = MetricSpec(title=f"{result['task']}: {result['what']}", series=[("val", "score", "")], ylabel=label)
     return plot_metric(groups, spec, x="total_frames", band="none", show_seeds=True, threshold=result["threshold"])
 

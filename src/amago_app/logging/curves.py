@@ -442,7 +442,7 @@ def plot_metric(groups: Mapping[str, Sequence[RunData]], spec: MetricSpec, x: st
     if rate:
         ax.set_ylim(-0.04, 1.04)  # the whole [0, 1] range, so a flat 0 or 1 reads as such
     ax.set_xlabel(X_LABELS[x])
-    ax.set_ylabel(spec.ylabel or spec.series[0][1])
+    ax.set_ylabel(textwrap.fill(spec.ylabel or spec.series[0][1], 40))  # a long metric name runs past the axis
     band_note = f", mean and {_BAND_NAMES[band]} over seeds" if band != "none" and max(seeds_per_group) > 1 else ""
     if smoothing > 1:
         band_note += f", smoothed over {smoothing} points"
