@@ -119,3 +119,13 @@ def test_presets_derive_lengths_from_the_env():
         assert c["traj_encoder"]["pos_emb"] == "learnable" and c["buffer"]["traj_save_len"] == 2000
     c = _resolved("+experiment=metaworld", "env.make.k_episodes=5")
     assert c["agent"]["critic"]["max_return"] == 25000 and c["exploration"]["rollout_horizon"] == 2500
+
+
+def test_key_door_suggests_its_reward_scale_and_the_presets_follow_it():
+    # a reward of 1 a few times per meta-rollout: env=key_door multiplies by 100, as env=popgym does
+    assert _resolved("env=key_door")["agent"]["reward_multiplier"] == 100.0
+    assert _resolved("env=key_door", "agent.reward_multiplier=10")["agent"]["reward_multiplier"] == 10.0
+    for preset in ("+experiment=key_door", "+experiment=bench/key_door"):
+        c = _resolved(preset)
+        assert c["agent"]["reward_multiplier"] == 100.0 and c["env"]["suggestion_note"].startswith("Key-Door")
+    assert _resolved("env=frozen_lake")["agent"]["reward_multiplier"] == 10.0
