@@ -175,6 +175,31 @@ def test_a_preset_that_is_the_defaults_runs_once_and_reports_for_both(tmp_path, 
     assert chain.endswith(f"| {SAME_AS_PRESET} |") and tmaze.endswith("| - |")
 
 
+def test_rows_with_the_same_env_and_budget_share_their_defaults_runs(tmp_path, capsys):
+    """multitask_continuous has pendulum's env and budget, so their `defaults` variants are one run per seed:
+    made once, kept under the first of the two by name, and scored for each row by its own metric."""
+    from amago_app.cli.bench_run import jobs_for
+    from amago_app.cli.bench_score import task_result
+
+    home = "multitask_continuous"
+    assert bench_rows.defaults_home("pendulum") == bench_rows.defaults_home(home) == home
+    assert bench_rows.defaults_home("tmaze_h50") == "tmaze_h50"
+    jobs = jobs_for(["pendulum", home], [0, 1], tmp_path, 1.0, defaults=True)
+    shared = [j.run_dir for j in jobs if j.variant == bench_rows.DEFAULTS]
+    assert shared == [tmp_path / "runs" / home / bench_rows.DEFAULTS / f"seed{s}" for s in (0, 1)]
+    assert sorted((j.task, j.variant) for j in jobs if j.variant != bench_rows.DEFAULTS) == [
+        (home, "memory"), (home, "memory"), ("pendulum", "memory"), ("pendulum", "memory")]
+    assert f"pendulum: its env and budget are {home}'s, so its defaults runs are {home}'s" in capsys.readouterr().out
+    # asked alone, pendulum's defaults runs go to the same place (a second row then finds them finished)
+    alone = [j.run_dir for j in jobs_for(["pendulum"], [0], tmp_path, 1.0, defaults=True)
+             if j.variant == bench_rows.DEFAULTS]
+    assert alone == shared[:1]
+    _fake_run(shared[0], {"val": [-1400.0, -900.0, -200.0]}, False, False, metric="Average Total Return in Pendulum")
+    for row in ("pendulum", home):
+        dflt = task_result(row, tmp_path, None)["variants"][bench_rows.DEFAULTS]
+        assert list(dflt["seeds"]) == ["0"] and dflt["seeds_reached"] == 1 and dflt["mean_final"] == -200.0
+
+
 def test_bad_arguments_exit_with_one_line(capsys):
     assert main(["--tasks", "cartpole,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -167,7 +167,10 @@ def row_lines(name: str, out: Path, page: Path, scale: float, extra: list[str]) 
     if dflt is None:
         defaults_cell = SAME_AS_PRESET if bench_rows.preset_is_defaults(name) else "not run"
     else:
-        defaults_cell = (f"seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, {dflt['final']}; "
+        home = bench_rows.defaults_home(name)
+        shared = f"{home}'s runs (the same env and budget), " if home != name else ""
+        defaults_cell = (f"{shared}seeds {_seeds(dflt['seeds'])}: {dflt['reached']}, {dflt['to_threshold']}, "
+                         f"{dflt['final']}; "
                          f"{preset_share(result['variants']['memory'], result['variants'][bench_rows.DEFAULTS])}")
     cpus = sorted(set(mine["cpus"]) | set(orig["cpus"] if orig else []) | set(dflt["cpus"] if dflt else []))
     png.parent.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,30 @@ def preset_is_defaults(name: str) -> bool:
     return preset == plain
 
 
+def _defaults_run(name: str) -> tuple:
+    """What makes a `defaults` run of the row: its overrides and epochs."""
+    return defaults_overrides(name), task(name).epochs
+
+
+@lru_cache(maxsize=None)
+def defaults_home(name: str) -> str:
+    """The row under whose directory the row's `defaults` runs live. Rows with the same env and budget have the
+    same `defaults` variant (multitask_continuous has pendulum's): their runs would be the same runs, so they are
+    made once and kept under the first of those rows by name, which scores them for each of them."""
+    mine = _defaults_run(name)
+    return next(o for o in row_names() if o == name or _defaults_run(o) == mine)
+
+
+def run_dir(out: Path, name: str, variant: str, seed: int) -> Path:
+    """Where `amago-bench --out <out>` keeps one run of a row: runs/<row>/<variant>/seed<k> (a `defaults` run under
+    its `defaults_home`)."""
+    return variant_dir(out, name, variant) / f"seed{seed}"
+
+
+def variant_dir(out: Path, name: str, variant: str) -> Path:
+    return out / "runs" / (defaults_home(name) if variant == DEFAULTS else name) / variant
+
+
 def export(names: list[str], scale: float = 1.0, extra: list[str] = ()) -> dict:
     """`amago-bench --export-settings`: per row its `bench:` block, budget and the settings of each variant (the
     preset's and its memory-free baseline's: the ones the original AMAGO runs)."""

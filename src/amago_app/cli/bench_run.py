@@ -58,12 +58,16 @@ def jobs_for(names: list[str], seeds: list[int], out: Path, scale: float, extra:
                 print(f"amago-bench: {name}: its preset is amago_app's defaults (the row's env and budget only), "
                       "so its preset's runs stand for both", flush=True)
                 continue
+            if variant == bench_rows.DEFAULTS and (home := bench_rows.defaults_home(name)) != name:
+                print(f"amago-bench: {name}: its env and budget are {home}'s, so its defaults runs are {home}'s "
+                      f"(kept under runs/{home}/{variant})", flush=True)
             overrides = bench_rows.run_overrides(task, variant, scale, extra)
             fingerprint = bench_rows.digest(bench_rows.settings(task, variant, scale, extra))
             variant_seeds = seeds if variant != "ff" or baseline_seeds is None else baseline_seeds
             for seed in variant_seeds:
-                run_dir = out / "runs" / name / variant / f"seed{seed}"
-                jobs.append(Job(name, variant, seed, run_dir, overrides + [f"seed={seed}"], fingerprint))
+                run_dir = bench_rows.run_dir(out, name, variant, seed)
+                if all(j.run_dir != run_dir for j in jobs):  # (two rows sharing their defaults runs, both asked)
+                    jobs.append(Job(name, variant, seed, run_dir, overrides + [f"seed={seed}"], fingerprint))
     return jobs
 
 

@@ -176,13 +176,14 @@ def task_result(name: str, out: Path, seeds: list[int], baseline_seeds: list[int
     task = bench_rows.task(name)
     variants = {}
     asked = bench_rows.variants(task)
-    found = [v for v in (bench_rows.DEFAULTS, *ORIGINAL_VARIANTS) if _seed_dirs(out / "runs" / name / v)]
+    found = [v for v in (bench_rows.DEFAULTS, *ORIGINAL_VARIANTS)
+             if _seed_dirs(bench_rows.variant_dir(out, name, v))]
     for variant in [*asked, *found]:
         if variant not in asked or seeds is None:  # found, not asked for
-            variant_seeds = _seed_dirs(out / "runs" / name / variant)
+            variant_seeds = _seed_dirs(bench_rows.variant_dir(out, name, variant))
         else:
             variant_seeds = seeds if variant == "memory" or baseline_seeds is None else baseline_seeds
-        dirs = {s: out / "runs" / name / variant / f"seed{s}" for s in variant_seeds}
+        dirs = {s: bench_rows.run_dir(out, name, variant, s) for s in variant_seeds}
         kept = {s: d for s, d in dirs.items() if keep is None or keep(variant, d)}
         per_seed = {s: seed_result(d, task) for s, d in kept.items()}
         finished = [r for r in per_seed.values() if r["validations"] and r["finished"]]
