@@ -65,14 +65,16 @@ def test_a_key_added_at_its_old_behaviour_leaves_the_fingerprint_of_earlier_runs
     """A setting added later, at the value that behaves as before, is not part of a run's settings (runs made
     before it existed stay current); at another value it is, and the fingerprint tells the runs apart."""
     t = bench_rows.task("tmaze_h50")
-    for key, old in bench_rows.ADDED_AT_OLD_BEHAVIOUR.items():
-        new = "true" if old is False else "false" if old is True else None
-        assert new is not None, f"{key}: the test knows how to flip booleans only"
-        at_old = bench_rows.settings(t, "memory", extra=[f"{key}={str(old).lower()}"])
-        at_new = bench_rows.settings(t, "memory", extra=[f"{key}={new}"])
-        assert key not in at_old and key in at_new
-        assert {k: v for k, v in at_new.items() if k != key} == at_old
-        assert bench_rows.digest(at_old) != bench_rows.digest(at_new)
+    other = {"agent.popart_fold": "true", "agent.scaled_reward_limit": "3.0"}  # a value that behaves otherwise
+    assert set(other) == set(bench_rows.ADDED_AT_OLD_BEHAVIOUR)
+    for key, olds in bench_rows.ADDED_AT_OLD_BEHAVIOUR.items():
+        at_new = bench_rows.settings(t, "memory", extra=[f"{key}={other[key]}"])
+        assert key in at_new
+        for old in olds:
+            at_old = bench_rows.settings(t, "memory", extra=[f"{key}={'null' if old is None else str(old).lower()}"])
+            assert key not in at_old
+            assert {k: v for k, v in at_new.items() if k != key} == at_old
+            assert bench_rows.digest(at_old) != bench_rows.digest(at_new)
 
 
 def test_a_typo_in_a_bench_block_fails_at_compose_time(tmp_path):

@@ -133,6 +133,7 @@ class Agent(BaseAgent):
         multigammas: tuple[float, ...] | list[float] | None = MULTIGAMMAS,
         use_multigamma: bool | str = "auto",
         reward_multiplier: float = 10.0,
+        scaled_reward_limit: float | None = 10.0,
         tau: float = 0.005,
         fake_filter: bool = False,
         num_actions_for_value_in_critic_loss: int = 1,
@@ -188,6 +189,8 @@ class Agent(BaseAgent):
         self.online_coeff, self.offline_coeff = online_coeff, offline_coeff
         self.critic_loss_weight = critic_loss_weight
         self.reward_multiplier, self.tau = reward_multiplier, tau
+        # the trainer may lower a suggested multiplier once, at the first update (trainer/reward_scale.py)
+        self.scaled_reward_limit = scaled_reward_limit
         self.fake_filter = fake_filter
         self.fbc_filter = fbc_filter_func or binary_filter
         self.use_target_actor = use_target_actor

@@ -44,13 +44,14 @@ class MultiTaskAgent(Agent):
         offline_coeff: float = 1.0,
         num_actions_for_value_in_actor_loss: int = 3,
         n_step: int = 1,
+        scaled_reward_limit: float | None = None,
         **kwargs,
     ):
-        """`Agent`'s arguments; only the defaults of the actor loss (filtered BC first, K_a = 3) and of the targets
-        (1-step) differ."""
+        """`Agent`'s arguments; only the defaults of the actor loss (filtered BC first, K_a = 3), of the targets
+        (1-step) and of the reward scale (kept as given: the bins take any scale) differ."""
         super().__init__(*args, online_coeff=online_coeff, offline_coeff=offline_coeff,
                          num_actions_for_value_in_actor_loss=num_actions_for_value_in_actor_loss, n_step=n_step,
-                         **kwargs)
+                         scaled_reward_limit=scaled_reward_limit, **kwargs)
 
     # --- construction hooks -------------------------------------------------------------------------
     def _prepare_actor(self, actor: nn.Module) -> None:

@@ -370,6 +370,11 @@ class AgentConfig:
     reward_multiplier: float = "${env.reward_multiplier}"  # type: ignore[assignment]
     """Rewards are multiplied by this before they enter the targets; default: the env's suggestion
     (env.reward_multiplier, 10 unless the env option says otherwise)."""
+    scaled_reward_limit: Optional[float] = 10.0
+    """While reward_multiplier is the generic x10 an env option suggests when it names no scale of its own: the most
+    the rewards may average in size per step once multiplied. The first update measures its batch's rewards and lowers the multiplier to meet it (Pendulum-v1:
+    x10 -> x1.6), since PopArt's statistics start at a scale that fits rewards of about 1 per step at x10
+    (trainer/reward_scale.py). The start-up lines say when it does; null keeps the suggestion as it is."""
     tau: float = 0.005
     """Polyak rate of the target networks. A value travels about one step further back per 1/tau updates, so in a
     few-thousand-update run 0.003 (the original AMAGO's) left long-horizon values short (docs/generalization.md)."""
@@ -409,6 +414,9 @@ class MultiTaskAgentConfig(AgentConfig):
     online_coeff: float = 0.0
     offline_coeff: float = 1.0
     num_actions_for_value_in_actor_loss: int = 3
+    scaled_reward_limit: Optional[float] = None
+    """Off: the two-hot bins take any reward scale, and a multiplier lowered after hand-set bins would move the
+    targets within them."""
     n_step: int = 1
     """1-step targets, as AMAGO-2's; with a per-action discrete critic agent.n_step=3 gives exact tree-backup
     targets (n_step_traces), unmeasured as a default for this agent."""

@@ -23,6 +23,7 @@ _FINITE = {
     "agent.gamma": (0.0, False),
     "agent.tau": (0.0, False),
     "agent.reward_multiplier": (None, True),
+    "agent.scaled_reward_limit": (0.0, False),
     "agent.critic_loss_weight": (0.0, True),
     "agent.online_coeff": (0.0, True),
     "agent.offline_coeff": (0.0, True),

@@ -21,12 +21,14 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig
 
+from amago_app.data.timestep import padding_mask
+
 from amago_app.interaction.build import check_rollout_memory
 from amago_app.interaction.rollout import actor_sampling, balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
 from amago_app.logging.metrics import MetricsLogger
 from amago_app.rundir import Checkpoints, resume_arg
-from amago_app.trainer import checkpointing
+from amago_app.trainer import checkpointing, reward_scale
 from amago_app.trainer.build import (
     build_accelerator,
     build_buffer,
@@ -89,6 +91,10 @@ class Trainer:
                              f"actors, but {type(self.agent).__name__}.get_actions does not declare that it takes "
                              "one sampling choice per env (per_env_sampling = True); set it to 0 or 1")
         self.params = self.agent.trainable_parameters()
+        # a suggested reward multiplier may be lowered once, at the first update (trainer/reward_scale.py)
+        self.fits_reward_scale = (reward_scale.follows_generic_suggestion(cfg)
+                                  and getattr(self.agent, "scaled_reward_limit", None) is not None)
+        self._reward_scale_measured = False
         # `auto` critic bins follow the rewards the actors see: a learner that collects nothing cannot fit them
         self.auto_bins = bool(getattr(getattr(self.agent, "critics", None), "auto_range", False))
         collects_first = (t.mode in ("both", "collect") and t.train_timesteps_per_epoch > 0
@@ -180,9 +186,16 @@ class Trainer:
         c = self.cfg
         line = f"window {c.max_seq_len} steps ({'the env' if c.max_seq_len == c.env.max_seq_len else 'max_seq_len'})"
         multiplier = c.agent.get("reward_multiplier")  # a custom agent may have none
-        if multiplier is not None:
+        fitted = self.counters.reward_multiplier
+        if fitted is not None:  # (a resumed run)
+            line += f", rewards x{fitted:g} (the env's x{multiplier:g}, lowered at the first update)"
+        elif multiplier is not None:
             source = "the env" if multiplier == c.env.reward_multiplier else "agent.reward_multiplier"
-            line += f", rewards x{multiplier:g} ({source})"
+            line += f", rewards x{multiplier:g} ({source}"
+            if self.fits_reward_scale:
+                limit = self.agent.scaled_reward_limit / multiplier
+                line += f"; lowered at the first update if they average more than {limit:.3g} per step in size"
+            line += ")"
         return line + (f"; {c.env.suggestion_note}" if c.env.suggestion_note else "")
 
     def _relabeling_note(self) -> str:
@@ -446,6 +459,8 @@ class Trainer:
                 if self._interrupted():
                     break
                 done += 1
+                if self.fits_reward_scale and not self._reward_scale_measured and self.counters.gradient_steps == 0:
+                    self._fit_reward_multiplier(batch)
                 log_step = self.counters.gradient_steps % t.log_interval == 0
                 first_compiled = self.compiled.value and self.compile_seconds is None
                 step_start = time.perf_counter()
@@ -454,10 +469,25 @@ class Trainer:
                     self.compile_seconds = time.perf_counter() - step_start
                     self.console.print(f"compiled the update in {self.compile_seconds:.1f} s (the first update)")
                 if log_step and self.is_main:
+                    if self.fits_reward_scale:
+                        metrics["Reward Multiplier"] = self.agent.reward_multiplier
                     last = self.log("train-update", metrics)
                 advance(1)
         self._last_loss = last.get("Loss", self._last_loss)
         return done / max(time.perf_counter() - start, 1e-9)
+
+    def _fit_reward_multiplier(self, batch) -> None:
+        """Lower the env's suggested multiplier where the first batch's rewards are large (every learning process
+        measures its own batch; the sums are shared, so all of them take the same value)."""
+        self._reward_scale_measured = True
+        total, count = reward_scale.reward_size(batch.rews, padding_mask(batch.rl2s[:, 1:]))
+        total, count = self._sum_over_processes(total), self._sum_over_processes(count)
+        suggestion, limit = self.agent.reward_multiplier, self.agent.scaled_reward_limit
+        mean_abs = total / count if count else 0.0
+        fitted = reward_scale.fitted_multiplier(suggestion, limit, mean_abs)
+        if fitted is not None:
+            self.agent.reward_multiplier = self.counters.reward_multiplier = fitted
+            self.console.print(f"  {reward_scale.describe_fit(suggestion, limit, mean_abs, fitted)}")
 
     # --- stopping on request -------------------------------------------------------------------------
     def _interrupted(self) -> bool:
@@ -625,5 +655,7 @@ class Trainer:
         """Continue exactly where the saved state stopped (`resume=`); it becomes the run's timeline."""
         state_dir = Path(state_dir)
         checkpointing.restore(self.state, state_dir, self.rank)
+        if self.counters.reward_multiplier is not None:  # lowered at the first update: it stays what it was
+            self.agent.reward_multiplier = self.counters.reward_multiplier
         if self.is_main:
             checkpointing.make_timeline(self.ckpts, state_dir, self.counters.epoch, policy_weights(self.agent))

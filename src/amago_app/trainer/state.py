@@ -38,6 +38,8 @@ class Counters:
     """Training wall time in seconds, up to the last finished epoch."""
     nonfinite_skipped: int = 0
     """Updates skipped because their loss or gradient was not finite, all time."""
+    reward_multiplier: float | None = None
+    """The agent's reward multiplier where the first update lowered the env's suggestion (trainer/reward_scale.py)."""
 
     def state_dict(self) -> dict:
         return dataclasses.asdict(self)
