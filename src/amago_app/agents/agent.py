@@ -35,7 +35,7 @@ from amago_app.agents.base import BaseAgent
 from amago_app.agents.filters import binary_filter
 from amago_app.agents.returns import nstep_targets, tree_backup_targets
 from amago_app.config.values import parse_switch
-from amago_app.data.timestep import Batch, padding_mask
+from amago_app.data.timestep import Batch
 from amago_app.nets.heads.actor import Actor
 from amago_app.nets.heads.critics import NCritics
 from amago_app.nets.heads.popart import PopArt
@@ -306,7 +306,7 @@ class Agent(BaseAgent):
 
     def _encode(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """-> states s (B, T+1, D) and the transition mask (B, T, 1) (t is real iff timestep t+1 is)."""
-        mask = padding_mask(batch.rl2s[:, 1:])
+        mask = batch.transition_mask()
         o = self.tstep_encoder(batch.obs, batch.rl2s)
         s, _ = self.traj_encoder(o, batch.time_idxs)
         return s, mask

@@ -47,8 +47,8 @@ class BaseAgent(nn.Module, ABC):
     @abstractmethod
     def forward(self, batch: Batch, log_step: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training loss of one padded batch (`amago_app.data.timestep.Batch`; `padding_mask` tells real
-        timesteps from padding) and, when `log_step` is true, metrics to log (scalars or 0-d tensors).
-        Metrics may be empty on other steps: computing them costs time."""
+        timesteps from padding, `Batch.transition_mask()` real transitions) and, when `log_step` is true, metrics
+        to log (scalars or 0-d tensors). Metrics may be empty on other steps: computing them costs time."""
 
     @abstractmethod
     def get_actions(self, obs: dict[str, torch.Tensor], rl2s: torch.Tensor, time_idxs: torch.Tensor,

@@ -372,9 +372,10 @@ class AgentConfig:
     (env.reward_multiplier, 10 unless the env option says otherwise)."""
     scaled_reward_limit: Optional[float] = 10.0
     """While reward_multiplier is the generic x10 an env option suggests when it names no scale of its own: the most
-    the rewards may average in size per step once multiplied. The first update measures its batch's rewards and lowers the multiplier to meet it (Pendulum-v1:
-    x10 -> x1.4-1.5), since PopArt's statistics start at a scale that fits rewards of about 1 per step at x10
-    (trainer/reward_scale.py). The start-up lines say when it does; null keeps the suggestion as it is."""
+    the rewards may average in size per step once multiplied. The first update measures its batch's rewards and
+    lowers the multiplier to meet it (Pendulum-v1: x10 -> x1.4-1.6), since PopArt's statistics start at a scale
+    that fits rewards of about 1 per step at x10 (trainer/reward_scale.py). The start-up lines say when it does;
+    null keeps the suggestion as it is."""
     tau: float = 0.005
     """Polyak rate of the target networks. A value travels about one step further back per 1/tau updates, so in a
     few-thousand-update run 0.003 (the original AMAGO's) left long-horizon values short (docs/generalization.md)."""

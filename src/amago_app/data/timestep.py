@@ -257,6 +257,10 @@ class Batch:
     actions: torch.Tensor
     """(B, L, A) float32."""
 
+    def transition_mask(self) -> torch.Tensor:
+        """(B, L, 1) bool: transition t is real iff timestep t+1 is (not padding)."""
+        return padding_mask(self.rl2s[:, 1:])
+
     def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
         return Batch(
             obs={k: v.to(device, non_blocking=non_blocking) for k, v in self.obs.items()},

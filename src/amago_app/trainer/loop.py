@@ -21,8 +21,6 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import gather_object, set_seed
 from omegaconf import DictConfig
 
-from amago_app.data.timestep import padding_mask
-
 from amago_app.interaction.build import check_rollout_memory
 from amago_app.interaction.rollout import actor_sampling, balanced_quota
 from amago_app.logging.console import RunConsole, success_summary
@@ -480,7 +478,7 @@ class Trainer:
         """Lower the env's suggested multiplier where the first batch's rewards are large (every learning process
         measures its own batch; the sums are shared, so all of them take the same value)."""
         self._reward_scale_measured = True
-        total, count = reward_scale.reward_size(batch.rews, padding_mask(batch.rl2s[:, 1:]))
+        total, count = reward_scale.reward_size(batch.rews, batch.transition_mask())
         total, count = self._sum_over_processes(total), self._sum_over_processes(count)
         suggestion, limit = self.agent.reward_multiplier, self.agent.scaled_reward_limit
         mean_abs = total / count if count else 0.0

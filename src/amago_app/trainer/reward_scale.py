@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from amago_app.config.schema import EnvConfig
+from amago_app.config.schema import AgentConfig, EnvConfig
 
-#: how the agent's multiplier reads in the config while it follows the env's suggestion (config/schema.py)
-FOLLOWS_ENV = "${env.reward_multiplier}"
+#: how the agent's multiplier reads in the config while it follows the env's suggestion (its schema default)
+FOLLOWS_ENV = AgentConfig.reward_multiplier
 
 
 def follows_generic_suggestion(cfg: DictConfig) -> bool:
